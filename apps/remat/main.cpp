@@ -1,0 +1,63 @@
+// remat: activation checkpointing for LibTorch, with Flux.1 / MageFlow training.
+// Usage: remat <command> [options]; `remat help` lists the commands.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include "command.h"
+#include "remat/memory.h"
+
+namespace remat::cli {
+
+std::map<std::string, Command>& commands() {
+  static std::map<std::string, Command> table;
+  return table;
+}
+
+namespace {
+
+void print_usage(std::ostream& out) {
+  out << "usage: remat <command> [options]\n\ncommands:\n";
+  for (const auto& [name, command] : commands()) {
+    out << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
+        << command.summary << "\n";
+  }
+  out << "\n`remat <command> --help` describes a command's options.\n";
+}
+
+}  // namespace
+}  // namespace remat::cli
+
+int main(int argc, char** argv) {
+  using namespace remat::cli;
+  // Count every CPU tensor from the start: peak-memory figures are part of every report.
+  remat::memory::install_cpu_tracking();
+  if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" ||
+      std::string(argv[1]) == "-h") {
+    print_usage(std::cout);
+    return argc < 2 ? kExitUsage : 0;
+  }
+  const std::string name = argv[1];
+  auto it = commands().find(name);
+  if (it == commands().end()) {
+    std::cerr << "remat: unknown command '" << name << "'\n\n";
+    print_usage(std::cerr);
+    return kExitUsage;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    return it->second.run(args);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "remat " << name << ": error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const c10::Error& e) {
+    std::cerr << "remat " << name << ": error: " << e.what_without_backtrace() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "remat " << name << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}

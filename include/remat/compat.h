@@ -1,0 +1,84 @@
+#pragma once
+// Note [LibTorch versions]
+// remat builds against Debian's LibTorch 1.13 (CPU) and against the LibTorch of a PyTorch 2.x
+// install (CUDA). Every difference between the two that the project depends on lives here, so the
+// rest of the code is written once.
+
+#include <ATen/autocast_mode.h>
+#include <ATen/ATen.h>
+#include <torch/version.h>
+
+#define REMAT_TORCH_VERSION_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||                \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace remat::compat {
+
+/// Whether at::scaled_dot_product_attention exists (LibTorch 2.0 and later).
+inline constexpr bool kHasScaledDotProductAttention = REMAT_TORCH_VERSION_AT_LEAST(2, 0);
+
+/// Autocast state of the calling thread for one device type. LibTorch 2.4 replaced the per-device
+/// functions (is_enabled / is_cpu_enabled, get_autocast_gpu_dtype ...) with ones taking a
+/// DeviceType; 1.13 only has the per-device ones.
+inline bool autocast_enabled(c10::DeviceType type) {
+#if REMAT_TORCH_VERSION_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(type);
+#else
+  return type == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
+#endif
+}
+
+inline void set_autocast_enabled(c10::DeviceType type, bool enabled) {
+#if REMAT_TORCH_VERSION_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(type, enabled);
+#else
+  if (type == c10::DeviceType::CPU) {
+    at::autocast::set_cpu_enabled(enabled);
+  } else {
+    at::autocast::set_enabled(enabled);
+  }
+#endif
+}
+
+inline at::ScalarType autocast_dtype(c10::DeviceType type) {
+#if REMAT_TORCH_VERSION_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(type);
+#else
+  return type == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype()
+                                      : at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
+#if REMAT_TORCH_VERSION_AT_LEAST(2, 4)
+  at::autocast::set_autocast_dtype(type, dtype);
+#else
+  if (type == c10::DeviceType::CPU) {
+    at::autocast::set_autocast_cpu_dtype(dtype);
+  } else {
+    at::autocast::set_autocast_gpu_dtype(dtype);
+  }
+#endif
+}
+
+/// Softmax attention over (B, H, L, d) tensors with scale 1/sqrt(d) and an optional boolean mask
+/// (true = attend) broadcastable to (B, H, L, S). Uses the fused kernel where LibTorch has one
+/// (flash / memory-efficient attention on CUDA saves no L x S matrix); on 1.13 an equivalent
+/// composite that computes the scores in float32.
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v,
+                                               const c10::optional<at::Tensor>& mask = c10::nullopt) {
+#if REMAT_TORCH_VERSION_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, mask);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (mask.has_value() && mask->defined()) {
+    scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity());
+  }
+  auto weights = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(weights, v);
+#endif
+}
+
+}  // namespace remat::compat

@@ -1,0 +1,61 @@
+#pragma once
+/// \file
+/// Peak-tracking memory accounting. Every claim remat makes about memory is measured here.
+///
+/// On CPU, `install_cpu_tracking` wraps LibTorch's CPU allocator so the bytes held by live CPU
+/// tensors are counted exactly (storage sizes, as the allocator sees them). In CUDA builds the
+/// CUDA figures come from the caching allocator's statistics (what
+/// torch.cuda.max_memory_allocated reports).
+
+#include <cstdint>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "remat/export.h"
+
+namespace remat::memory {
+
+/// Installs the tracking CPU allocator. Idempotent and thread-safe. Tensors allocated before the
+/// first call are not counted (their frees are not subtracted either). Call it first thing in
+/// main().
+REMAT_API void install_cpu_tracking();
+
+/// Whether install_cpu_tracking() has run.
+REMAT_API bool cpu_tracking_installed();
+
+/// Sets the peak to the current figure, on CPU and (CUDA builds) on every CUDA device.
+REMAT_API void reset_peak();
+
+/// Bytes held by live CPU tensors allocated since tracking was installed.
+REMAT_API int64_t current_bytes();
+
+/// Highest current_bytes() since the last reset_peak().
+REMAT_API int64_t peak_bytes();
+
+/// Current / peak allocated bytes on `device`: the tracked CPU figures for CPU, the caching
+/// allocator's figures for CUDA. Throws for a CUDA device in a build without CUDA support.
+REMAT_API int64_t current_bytes(c10::Device device);
+REMAT_API int64_t peak_bytes(c10::Device device);
+
+/// Whether this build reads CUDA allocator statistics (REMAT_WITH_CUDA).
+REMAT_API bool cuda_statistics_available();
+
+/// RAII: resets the peak on construction; `peak_delta()` is the peak above the bytes live at that
+/// moment. Measures what one region of code adds.
+class REMAT_API PeakScope {
+ public:
+  explicit PeakScope(c10::Device device = c10::Device(c10::kCPU));
+  int64_t baseline_bytes() const { return baseline_; }
+  int64_t peak_bytes() const;
+  int64_t peak_delta() const { return peak_bytes() - baseline_; }
+
+ private:
+  c10::Device device_;
+  int64_t baseline_;
+};
+
+/// Formats a byte count for people: "512 B", "1.50 KiB", "20.00 GiB".
+REMAT_API std::string format_bytes(int64_t bytes);
+
+}  // namespace remat::memory

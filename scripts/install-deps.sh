@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages remat needs, only those missing. Safe to run repeatedly.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build
+  libtorch-dev            # LibTorch 1.13 (CPU)
+  libopenblas0-pthread    # optimised BLAS: without it fp32 matmuls run ~50x slower
+  libgtest-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  python3-torch           # PyTorch eager, for the comparison benchmark in bench/
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "Installing missing packages: ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

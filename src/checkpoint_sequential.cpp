@@ -1,0 +1,92 @@
+// Segmented checkpointing of a block sequence (SimpleTuner's checkpoint_sequential_state).
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <c10/util/Exception.h>
+
+#include "remat/checkpoint.h"
+
+namespace remat {
+namespace {
+
+void validate(int64_t num_blocks, int64_t segment_size, std::optional<int64_t> segment_stride) {
+  if (num_blocks < 0) {
+    throw std::invalid_argument("[checkpoint_sequential_state] num_blocks must be >= 0, got " +
+                                std::to_string(num_blocks));
+  }
+  if (segment_size < 1) {
+    throw std::invalid_argument("[checkpoint_sequential_state] segment_size must be >= 1, got " +
+                                std::to_string(segment_size));
+  }
+  if (segment_stride && *segment_stride < segment_size) {
+    throw std::invalid_argument(
+        "[checkpoint_sequential_state] segment_stride must be >= segment_size (" +
+        std::to_string(segment_size) + "), got " + std::to_string(*segment_stride));
+  }
+}
+
+// Runs one block and checks that it kept the shape of the state (the number of tensors).
+Tensors run_checked(const RunBlock& run_block, int64_t index, const Tensors& state) {
+  Tensors next = run_block(index, state);
+  TORCH_CHECK(next.size() == state.size(), "[checkpoint_sequential_state] block ", index,
+              " returned ", next.size(), " state tensors, expected ", state.size(),
+              " (a block must return as many state tensors as it receives)");
+  return next;
+}
+
+}  // namespace
+
+std::vector<SegmentWindow> segment_windows(int64_t num_blocks, int64_t segment_size,
+                                           std::optional<int64_t> segment_stride) {
+  validate(num_blocks, segment_size, segment_stride);
+  const int64_t stride = segment_stride.value_or(segment_size);
+  std::vector<SegmentWindow> windows;
+  for (int64_t begin = 0; begin < num_blocks; begin += stride) {
+    windows.push_back({begin, std::min(begin + segment_size, num_blocks),
+                       std::min(begin + stride, num_blocks)});
+  }
+  return windows;
+}
+
+Tensors checkpoint_sequential_state(int64_t num_blocks, int64_t segment_size, Tensors state,
+                                    const RunBlock& run_block, const CheckpointFn& checkpoint_fn,
+                                    std::optional<int64_t> segment_stride) {
+  const auto windows = segment_windows(num_blocks, segment_size, segment_stride);
+  if (!run_block) throw std::invalid_argument("[checkpoint_sequential_state] run_block is empty");
+  if (!checkpoint_fn) {
+    throw std::invalid_argument("[checkpoint_sequential_state] checkpoint_fn is empty");
+  }
+  // Each segment closure is kept by its checkpoint until backward, so it owns a copy of
+  // run_block (shared by all segments) rather than a reference to the caller's.
+  auto block = std::make_shared<const RunBlock>(run_block);
+  for (const auto& window : windows) {
+    const int64_t begin = window.begin;
+    const int64_t end = window.checkpoint_end;
+    SegmentFn segment = [block, begin, end](const Tensors& segment_state) {
+      Tensors current = segment_state;
+      for (int64_t k = begin; k < end; ++k) current = run_checked(*block, k, current);
+      return current;
+    };
+    const size_t expected = state.size();
+    state = checkpoint_fn(segment, state);
+    TORCH_CHECK(state.size() == expected, "[checkpoint_sequential_state] the checkpoint of blocks [",
+                begin, ", ", end, ") returned ", state.size(), " state tensors, expected ", expected);
+    for (int64_t k = window.checkpoint_end; k < window.end; ++k) {
+      state = run_checked(run_block, k, state);
+    }
+  }
+  return state;
+}
+
+Tensors checkpoint_sequential_state(int64_t num_blocks, int64_t segment_size, Tensors state,
+                                    const RunBlock& run_block, const CheckpointOptions& options,
+                                    std::optional<int64_t> segment_stride) {
+  CheckpointFn checkpoint_fn = [options](const SegmentFn& fn, const Tensors& inputs) {
+    return checkpoint(fn, inputs, options);
+  };
+  return checkpoint_sequential_state(num_blocks, segment_size, std::move(state), run_block,
+                                     checkpoint_fn, segment_stride);
+}
+
+}  // namespace remat

@@ -1,0 +1,3 @@
+// Precompiled header: the heavy LibTorch headers every translation unit includes.
+#pragma once
+#include <torch/torch.h>
