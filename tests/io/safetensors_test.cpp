@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/io/safetensors.h"
+#include "remat/memory.h"
 
 namespace fs = std::filesystem;
 using remat::io::LoadOptions;
@@ -253,6 +254,35 @@ TEST_F(SafetensorsTest, ViewIsZeroCopyAndKeepsTheMappingAlive) {
   fs::remove(path("v.safetensors"));
   EXPECT_TRUE(torch::equal(view, original));
   EXPECT_EQ(view.sum().item<float>(), original.sum().item<float>());
+}
+
+TEST_F(SafetensorsTest, ViewAndModuleLoadDoNotCopyTheFile) {
+  // Measured with the tracking CPU allocator installed by the test main: a view allocates no
+  // tensor memory, a copying read allocates the tensor once, and loading a module goes straight
+  // from the mapping into the parameters.
+  ASSERT_TRUE(remat::memory::cpu_tracking_installed());
+  torch::nn::Linear layer(1024, 1024);  // 4 MiB weight
+  remat::io::save_module(path("big.safetensors"), *layer);
+  const auto file = SafetensorsFile::open(path("big.safetensors"));
+  const int64_t weight_bytes = 1024 * 1024 * 4;
+  {
+    remat::memory::PeakScope scope;
+    const auto view = file.view("weight");
+    EXPECT_LT(scope.peak_delta(), 64 * 1024);
+  }
+  {
+    remat::memory::PeakScope scope;
+    const auto copy = file.tensor("weight");
+    EXPECT_GE(scope.peak_delta(), weight_bytes);
+    EXPECT_LT(scope.peak_delta(), weight_bytes + 64 * 1024);
+  }
+  torch::nn::Linear target(1024, 1024);
+  {
+    remat::memory::PeakScope scope;
+    EXPECT_TRUE(remat::io::load_state_dict_into(*target, file).ok());
+    EXPECT_LT(scope.peak_delta(), 64 * 1024);
+  }
+  EXPECT_TRUE(torch::equal(target->weight, layer->weight));
 }
 
 TEST_F(SafetensorsTest, WritingIntoAViewLeavesTheFileUnchanged) {
