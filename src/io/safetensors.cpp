@@ -1,0 +1,262 @@
+// Safetensors dtypes and the memory-mapped reader. The writer is in safetensors_save.cpp and the
+// module loading in state_dict.cpp.
+#include "remat/io/safetensors.h"
+
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "io/mapped_file.h"
+#include "io/safetensors_impl.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "remat::io reads and writes safetensors data in host byte order, which must be little-endian"
+#endif
+
+namespace remat::io {
+
+namespace detail {
+
+namespace {
+
+struct DtypeEntry {
+  const char* name;
+  at::ScalarType type;
+};
+
+// Listed in the reference writer's dtype order (its Dtype enum, narrowest first); the writer
+// sorts by the reverse of this order.
+constexpr DtypeEntry kDtypes[] = {
+    {"BOOL", at::kBool}, {"U8", at::kByte},     {"I8", at::kChar},   {"I16", at::kShort},
+    {"F16", at::kHalf},  {"BF16", at::kBFloat16}, {"I32", at::kInt}, {"F32", at::kFloat},
+    {"F64", at::kDouble}, {"I64", at::kLong},
+};
+
+}  // namespace
+
+std::optional<at::ScalarType> find_dtype(const std::string& name) {
+  for (const auto& entry : kDtypes) {
+    if (name == entry.name) return entry.type;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> find_dtype_name(at::ScalarType type) {
+  for (const auto& entry : kDtypes) {
+    if (type == entry.type) return std::string(entry.name);
+  }
+  return std::nullopt;
+}
+
+int dtype_rank(at::ScalarType type) {
+  int rank = 0;
+  for (const auto& entry : kDtypes) {
+    if (type == entry.type) return rank;
+    ++rank;
+  }
+  TORCH_INTERNAL_ASSERT(false, "dtype_rank called with unsupported dtype ", type);
+  return -1;
+}
+
+std::string supported_dtype_list() {
+  std::string out;
+  for (const auto& name : supported_dtype_names()) {
+    if (!out.empty()) out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace detail
+
+const std::vector<std::string>& supported_dtype_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : detail::kDtypes) out.emplace_back(entry.name);
+    return out;
+  }();
+  return names;
+}
+
+std::string dtype_name(at::ScalarType dtype) {
+  auto name = detail::find_dtype_name(dtype);
+  TORCH_CHECK_VALUE(name.has_value(), "[safetensors] dtype must be one of ",
+                    detail::supported_dtype_list(), " (as LibTorch types), got ", dtype);
+  return *name;
+}
+
+at::ScalarType dtype_from_name(const std::string& name) {
+  auto type = detail::find_dtype(name);
+  TORCH_CHECK_VALUE(type.has_value(), "[safetensors] dtype must be one of ",
+                    detail::supported_dtype_list(), ", got '", name, "'");
+  return *type;
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Reads the 8-byte little-endian header length independently of the host's alignment rules.
+uint64_t read_u64_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Parses one tensor entry of the header, checking everything the reader later relies on.
+TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
+                       uint64_t data_size) {
+  const auto where = "[safetensors] '" + path + "': tensor '" + name + "'";
+  TORCH_CHECK(entry.is_object(), where, " must be an object with dtype, shape and data_offsets, got ",
+              entry.dump());
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    TORCH_CHECK(entry.contains(field), where, " is missing the field \"", field, "\" (entry: ",
+                entry.dump(), ")");
+  }
+  TensorInfo info{};
+  const auto& dtype = entry.at("dtype");
+  TORCH_CHECK(dtype.is_string(), where, ": dtype must be a string, got ", dtype.dump());
+  auto type = detail::find_dtype(dtype.get<std::string>());
+  TORCH_CHECK(type.has_value(), where, " has unknown or unsupported dtype ", dtype.dump(),
+              "; supported dtypes: ", detail::supported_dtype_list());
+  info.dtype = *type;
+
+  const auto& shape = entry.at("shape");
+  TORCH_CHECK(shape.is_array(), where, ": shape must be an array of integers, got ", shape.dump());
+  uint64_t numel = 1;
+  bool overflow = false;
+  for (const auto& dim : shape) {
+    TORCH_CHECK(dim.is_number_integer(), where, ": shape must be an array of integers, got ",
+                shape.dump());
+    // nlohmann stores non-negative integers as unsigned, negative ones as signed.
+    TORCH_CHECK(dim.is_number_unsigned(), where, ": shape dimensions must be >= 0, got ",
+                dim.dump(), " in shape ", shape.dump());
+    const auto d = dim.get<uint64_t>();
+    TORCH_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where,
+                ": shape dimension ", dim.dump(), " is too large");
+    info.shape.push_back(static_cast<int64_t>(d));
+    overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
+  }
+
+  const auto& offsets = entry.at("data_offsets");
+  TORCH_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                  offsets[1].is_number_unsigned(),
+              where, ": data_offsets must be [begin, end] with integers >= 0, got ", offsets.dump());
+  info.begin = offsets[0].get<uint64_t>();
+  info.end = offsets[1].get<uint64_t>();
+  TORCH_CHECK(info.begin <= info.end, where, ": data_offsets ", offsets.dump(), " have begin ",
+              info.begin, " > end ", info.end);
+  TORCH_CHECK(info.end <= data_size, where, ": data_offsets ", offsets.dump(),
+              " run past the end of the data buffer (", data_size, " bytes)");
+  uint64_t expected = 0;
+  overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(info.dtype)),
+                                                &expected);
+  TORCH_CHECK(!overflow && expected == info.end - info.begin, where, ": data_offsets ",
+              offsets.dump(), " span ", info.end - info.begin, " bytes, but shape ", shape.dump(),
+              " of ", dtype.get<std::string>(), " needs ",
+              overflow ? std::string("more than 2^64") : std::to_string(expected), " bytes");
+  return info;
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile file;
+  file.path_ = path;
+  file.mapping_ = detail::MappedFile::open(path);
+  const uint64_t size = file.mapping_->size();
+  TORCH_CHECK(size >= 8, "[safetensors] '", path, "' is truncated: it has ", size,
+              " bytes, but a safetensors file starts with an 8-byte header length");
+  const uint8_t* base = file.mapping_->data();
+  const uint64_t header_len = read_u64_le(base);
+  TORCH_CHECK(header_len <= size - 8, "[safetensors] '", path, "': header length ", header_len,
+              " runs past the end of the file (", size, " bytes, so at most ", size - 8,
+              "); the file is truncated or not a safetensors file");
+  file.data_begin_ = base + 8 + header_len;
+  file.data_size_ = size - 8 - header_len;
+
+  const char* text = reinterpret_cast<const char*>(base + 8);
+  Json header;
+  try {
+    header = Json::parse(text, text + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK(false, "[safetensors] '", path, "': header (", header_len,
+                " bytes) is not valid JSON: ", e.what());
+  }
+  TORCH_CHECK(header.is_object(), "[safetensors] '", path,
+              "': header must be a JSON object of tensor entries, got a JSON ", header.type_name());
+
+  for (const auto& item : header.items()) {
+    const std::string& key = item.key();
+    const Json& value = item.value();
+    if (key == "__metadata__") {
+      TORCH_CHECK(value.is_object(), "[safetensors] '", path,
+                  "': __metadata__ must be an object of string values, got ", value.dump());
+      for (const auto& meta : value.items()) {
+        TORCH_CHECK(meta.value().is_string(), "[safetensors] '", path, "': __metadata__ value of '",
+                    meta.key(), "' must be a string, got ", meta.value().dump());
+        file.metadata_[meta.key()] = meta.value().get<std::string>();
+      }
+      continue;
+    }
+    file.index_[key] = file.infos_.size();
+    file.infos_.push_back(parse_entry(path, key, value, file.data_size_));
+    file.names_.push_back(key);
+  }
+  return file;
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  auto it = index_.find(name);
+  TORCH_CHECK(it != index_.end(), "[safetensors] '", path_, "' has no tensor named '", name,
+              "' (", names_.size(), " tensors in the file)");
+  return infos_[it->second];
+}
+
+at::Tensor SafetensorsFile::view(const std::string& name) const {
+  const auto& meta = info(name);
+  const uint8_t* ptr = data_begin_ + meta.begin;
+  const auto element = static_cast<uintptr_t>(c10::elementSize(meta.dtype));
+  if (meta.nbytes() == 0 || reinterpret_cast<uintptr_t>(ptr) % element != 0) {
+    return tensor(name);
+  }
+  // The deleter owns a reference to the mapping, so the view outlives this object.
+  auto keep_alive = mapping_;
+  return at::from_blob(const_cast<uint8_t*>(ptr), meta.shape,
+                       [keep_alive](void*) mutable { keep_alive.reset(); },
+                       at::TensorOptions().dtype(meta.dtype).device(at::kCPU));
+}
+
+at::Tensor SafetensorsFile::tensor(const std::string& name) const {
+  const auto& meta = info(name);
+  auto out = at::empty(meta.shape, at::TensorOptions().dtype(meta.dtype).device(at::kCPU));
+  if (meta.nbytes() > 0) std::memcpy(out.data_ptr(), data_begin_ + meta.begin, meta.nbytes());
+  return out;
+}
+
+at::Tensor SafetensorsFile::tensor(const std::string& name, at::ScalarType target) const {
+  const auto& meta = info(name);
+  if (meta.dtype == target) return tensor(name);
+  // A conversion always allocates, so it reads straight from the mapping (view() itself falls
+  // back to an aligned copy when the bytes are misaligned).
+  return view(name).to(target);
+}
+
+}  // namespace remat::io
