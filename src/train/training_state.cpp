@@ -1,0 +1,184 @@
+#include "remat/train/training_state.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+namespace remat::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kPrefix = "checkpoint-";
+
+std::string param_key(const at::Tensor& p) {
+  // LibTorch's optimizers key their state by the parameter's TensorImpl address.
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+
+std::optional<int64_t> checkpoint_step(const fs::path& dir) {
+  static const std::regex pattern("checkpoint-([0-9]+)");
+  std::smatch match;
+  const std::string name = dir.filename().string();
+  if (!std::regex_match(name, match, pattern)) return std::nullopt;
+  return std::stoll(match[1].str());
+}
+
+std::string unique_suffix() {
+  std::random_device device;
+  return std::to_string(device()) + std::to_string(device());
+}
+
+}  // namespace
+
+std::vector<io::NamedTensor> adamw_state(
+    torch::optim::AdamW& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  std::vector<io::NamedTensor> out;
+  auto& states = optimizer.state();
+  for (const auto& [name, p] : params) {
+    auto it = states.find(param_key(p));
+    if (it == states.end()) continue;
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    out.emplace_back(name + ".exp_avg", s.exp_avg());
+    out.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq());
+    out.emplace_back(name + ".step", torch::tensor(s.step(), torch::kLong));
+  }
+  return out;
+}
+
+void restore_adamw_state(torch::optim::AdamW& optimizer,
+                         const std::vector<std::pair<std::string, at::Tensor>>& params,
+                         const std::vector<io::NamedTensor>& state) {
+  std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
+  auto& states = optimizer.state();
+  for (const auto& [name, p] : params) {
+    const auto avg = by_name.find(name + ".exp_avg");
+    if (avg == by_name.end()) continue;  // never stepped when saved
+    const auto avg_sq = by_name.find(name + ".exp_avg_sq");
+    const auto step = by_name.find(name + ".step");
+    TORCH_CHECK(avg_sq != by_name.end() && step != by_name.end(),
+                "[checkpoint] optimizer state of '", name, "' is incomplete (needs exp_avg, "
+                "exp_avg_sq and step)");
+    TORCH_CHECK(avg->second.sizes() == p.sizes() && avg_sq->second.sizes() == p.sizes(),
+                "[checkpoint] optimizer state of '", name, "' has shape ", avg->second.sizes(),
+                ", the parameter has ", p.sizes());
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(step->second.item<int64_t>());
+    s->exp_avg(avg->second.to(p.options()).clone());
+    s->exp_avg_sq(avg_sq->second.to(p.options()).clone());
+    states[param_key(p)] = std::move(s);
+  }
+}
+
+std::string save_training_checkpoint(const std::string& output_dir,
+                                     const TrainingCheckpoint& checkpoint) {
+  const fs::path root(output_dir);
+  fs::create_directories(root);
+  const fs::path final_dir = root / (kPrefix + std::to_string(checkpoint.position.global_step));
+  const fs::path tmp_dir = root / (".tmp-" + final_dir.filename().string() + "-" + unique_suffix());
+  fs::create_directory(tmp_dir);
+  try {
+    io::save_safetensors((tmp_dir / "trainable.safetensors").string(), checkpoint.trainable);
+    io::save_safetensors((tmp_dir / "optimizer.safetensors").string(), checkpoint.optimizer);
+    io::save_safetensors((tmp_dir / "rng.safetensors").string(), checkpoint.rng);
+    nlohmann::json state{{"global_step", checkpoint.position.global_step},
+                         {"epoch", checkpoint.position.epoch},
+                         {"batch_in_epoch", checkpoint.position.batch_in_epoch},
+                         {"facts", checkpoint.facts}};
+    std::ofstream out(tmp_dir / "state.json");
+    out << state.dump(2) << "\n";
+    out.close();
+    TORCH_CHECK(out.good(), "[checkpoint] could not write ", (tmp_dir / "state.json").string());
+    // Replace an existing checkpoint of the same step: move it aside, move the new one in.
+    if (fs::exists(final_dir)) {
+      const fs::path old_dir = root / (".old-" + final_dir.filename().string() + "-" + unique_suffix());
+      fs::rename(final_dir, old_dir);
+      fs::rename(tmp_dir, final_dir);
+      fs::remove_all(old_dir);
+    } else {
+      fs::rename(tmp_dir, final_dir);
+    }
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw;
+  }
+  return final_dir.string();
+}
+
+TrainingCheckpoint load_training_checkpoint(const std::string& path) {
+  const fs::path dir(path);
+  TORCH_CHECK_VALUE(fs::is_directory(dir), "[checkpoint] resume_from_checkpoint must be a checkpoint "
+                    "directory (output_dir/checkpoint-<step>) or 'latest', got '", path, "'");
+  TrainingCheckpoint checkpoint;
+  const auto read_all = [&](const char* file) {
+    const auto st = io::SafetensorsFile::open((dir / file).string());
+    std::vector<io::NamedTensor> tensors;
+    for (const auto& name : st.names()) tensors.emplace_back(name, st.tensor(name));
+    return tensors;
+  };
+  checkpoint.trainable = read_all("trainable.safetensors");
+  checkpoint.optimizer = read_all("optimizer.safetensors");
+  checkpoint.rng = read_all("rng.safetensors");
+  const fs::path state_path = dir / "state.json";
+  std::ifstream in(state_path);
+  TORCH_CHECK_VALUE(in.good(), "[checkpoint] missing ", state_path.string());
+  nlohmann::json state;
+  try {
+    in >> state;
+    checkpoint.position.global_step = state.at("global_step").get<int64_t>();
+    checkpoint.position.epoch = state.at("epoch").get<int64_t>();
+    checkpoint.position.batch_in_epoch = state.at("batch_in_epoch").get<int64_t>();
+    checkpoint.facts = state.value("facts", std::map<std::string, std::string>{});
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK_VALUE(false, "[checkpoint] ", state_path.string(), " is not a valid state file: ", e.what());
+  }
+  return checkpoint;
+}
+
+std::vector<std::string> list_training_checkpoints(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    if (!entry.is_directory()) continue;
+    if (auto step = checkpoint_step(entry.path())) found.emplace_back(*step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> paths;
+  for (auto& [step, p] : found) paths.push_back(std::move(p));
+  return paths;
+}
+
+std::optional<std::string> resolve_resume_path(const std::string& resume_from_checkpoint,
+                                               const std::string& output_dir) {
+  if (resume_from_checkpoint.empty()) return std::nullopt;
+  if (resume_from_checkpoint == "latest") {
+    const auto all = list_training_checkpoints(output_dir);
+    if (all.empty()) return std::nullopt;
+    return all.back();
+  }
+  TORCH_CHECK_VALUE(fs::is_directory(resume_from_checkpoint),
+                    "[checkpoint] resume_from_checkpoint must be 'latest' or an existing checkpoint "
+                    "directory, got '", resume_from_checkpoint, "'");
+  return resume_from_checkpoint;
+}
+
+std::vector<std::string> prune_training_checkpoints(const std::string& output_dir,
+                                                    int64_t total_limit) {
+  std::vector<std::string> removed;
+  if (total_limit <= 0) return removed;
+  auto all = list_training_checkpoints(output_dir);
+  while (static_cast<int64_t>(all.size()) > total_limit) {
+    fs::remove_all(all.front());
+    removed.push_back(all.front());
+    all.erase(all.begin());
+  }
+  return removed;
+}
+
+}  // namespace remat::train
