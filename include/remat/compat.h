@@ -8,6 +8,10 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 #define REMAT_TORCH_VERSION_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||                \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -79,6 +83,20 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   auto weights = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   return at::matmul(weights, v);
 #endif
+}
+
+/// The key under which LibTorch's C++ optimizers keep a parameter's state in `state()`: the
+/// TensorImpl address formatted as a string in 1.13, the raw address in later releases.
+template <typename StateMap>
+typename StateMap::key_type optimizer_state_key(const StateMap&, const at::Tensor& param) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream text;  // what c10::guts::to_string does for a pointer
+    text << param.unsafeGetTensorImpl();
+    return text.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
 }
 
 }  // namespace remat::compat

@@ -9,16 +9,13 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "remat/compat.h"
+
 namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
-
-std::string param_key(const at::Tensor& p) {
-  // LibTorch's optimizers key their state by the parameter's TensorImpl address.
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
 
 std::optional<int64_t> checkpoint_step(const fs::path& dir) {
   static const std::regex pattern("checkpoint-([0-9]+)");
@@ -40,7 +37,7 @@ std::vector<io::NamedTensor> adamw_state(
   std::vector<io::NamedTensor> out;
   auto& states = optimizer.state();
   for (const auto& [name, p] : params) {
-    auto it = states.find(param_key(p));
+    auto it = states.find(compat::optimizer_state_key(states, p));
     if (it == states.end()) continue;
     auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
     out.emplace_back(name + ".exp_avg", s.exp_avg());
@@ -70,7 +67,7 @@ void restore_adamw_state(torch::optim::AdamW& optimizer,
     s->step(step->second.item<int64_t>());
     s->exp_avg(avg->second.to(p.options()).clone());
     s->exp_avg_sq(avg_sq->second.to(p.options()).clone());
-    states[param_key(p)] = std::move(s);
+    states[compat::optimizer_state_key(states, p)] = std::move(s);
   }
 }
 
