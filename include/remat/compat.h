@@ -80,7 +80,9 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   if (mask.has_value() && mask->defined()) {
     scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity());
   }
-  auto weights = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  // float32 softmax for half types; float64 inputs keep float64 (as the fused op does).
+  const auto softmax_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  auto weights = at::softmax(scores, -1, softmax_dtype).to(q.scalar_type());
   return at::matmul(weights, v);
 #endif
 }

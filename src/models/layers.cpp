@@ -1,0 +1,170 @@
+#include "remat/models/layers.h"
+
+#include <cmath>
+
+#include <torch/nn/init.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/torch.h>
+
+namespace remat::models {
+
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias)
+    : in_features_(in_features), out_features_(out_features) {
+  TORCH_CHECK_VALUE(in_features >= 1, "[Linear] in_features must be >= 1, got ", in_features);
+  TORCH_CHECK_VALUE(out_features >= 1, "[Linear] out_features must be >= 1, got ", out_features);
+  weight = register_parameter("weight", torch::empty({out_features, in_features}));
+  // torch.nn.Linear's default initialisation, so freshly built models behave like PyTorch ones.
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (with_bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    bias = register_parameter("bias", torch::empty({out_features}));
+    torch::nn::init::uniform_(bias, -bound, bound);
+  }
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  at::Tensor y = at::linear(x, weight, bias);
+  if (has_lora()) {
+    // The factors may be kept in another dtype than the base weight (float32 LoRA on a bfloat16
+    // model); compute the branch in theirs and add it in the base output's.
+    const auto lora_dtype = lora_A->weight.scalar_type();
+    at::Tensor delta = lora_B->forward(lora_A->forward(x.to(lora_dtype))) * lora_scale_;
+    y = y + delta.to(y.scalar_type());
+  }
+  return y;
+}
+
+void LinearImpl::enable_lora(int64_t rank, double alpha) {
+  TORCH_CHECK(!has_lora(), "[Linear] LoRA is already enabled on this layer");
+  TORCH_CHECK_VALUE(rank >= 1, "[Linear] LoRA rank must be >= 1, got ", rank);
+  TORCH_CHECK_VALUE(alpha > 0.0, "[Linear] LoRA alpha must be > 0, got ", alpha);
+  lora_A = register_module(
+      "lora_A", torch::nn::Linear(torch::nn::LinearOptions(in_features_, rank).bias(false)));
+  lora_B = register_module(
+      "lora_B", torch::nn::Linear(torch::nn::LinearOptions(rank, out_features_).bias(false)));
+  {
+    torch::NoGradGuard no_grad;
+    // PEFT's init_lora_weights=True: A kaiming-uniform(a = sqrt(5)), B zero.
+    torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
+    lora_B->weight.zero_();
+  }
+  lora_A->to(weight.device(), weight.scalar_type());
+  lora_B->to(weight.device(), weight.scalar_type());
+  lora_rank_ = rank;
+  lora_scale_ = alpha / static_cast<double>(rank);
+}
+
+at::Tensor layer_norm(const at::Tensor& x, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, eps);
+}
+
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  return layer_norm(x) * (1 + scale) + shift;
+}
+
+at::Tensor gelu_tanh(const at::Tensor& x) { return at::gelu(x, "tanh"); }
+
+at::Tensor clip_fp16(const at::Tensor& x) {
+  return x.scalar_type() == at::kHalf ? x.clamp(-65504.0, 65504.0) : x;
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
+  TORCH_CHECK_VALUE(dim >= 1, "[RMSNorm] dim must be >= 1, got ", dim);
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const auto input_dtype = x.scalar_type();
+  // Normalise in at least float32 (float64 stays float64 so double-precision tests stay exact).
+  const auto compute = input_dtype == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor xf = x.to(compute);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  const auto wdtype = weight.scalar_type();
+  if (wdtype == at::kHalf || wdtype == at::kBFloat16) {
+    return normed.to(wdtype) * weight;
+  }
+  return (normed * weight).to(input_dtype);
+}
+
+GeluProjectionImpl::GeluProjectionImpl(int64_t in_features, int64_t out_features) {
+  proj = register_module("proj", Linear(in_features, out_features));
+}
+
+at::Tensor GeluProjectionImpl::forward(const at::Tensor& x) { return gelu_tanh(proj->forward(x)); }
+
+FeedForwardImpl::FeedForwardImpl(int64_t dim, int64_t mult) {
+  TORCH_CHECK_VALUE(mult >= 1, "[FeedForward] mult must be >= 1, got ", mult);
+  proj_in_ = GeluProjection(dim, dim * mult);
+  proj_out_ = Linear(dim * mult, dim);
+  // Index 1 is diffusers' Dropout(p = 0): kept so the last Linear is `net.2` as in the checkpoints.
+  net = register_module("net", torch::nn::ModuleList(proj_in_, torch::nn::Dropout(0.0), proj_out_));
+}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  return proj_out_->forward(proj_in_->forward(x));
+}
+
+MlpEmbedderImpl::MlpEmbedderImpl(int64_t in_features, int64_t dim) {
+  linear_1 = register_module("linear_1", Linear(in_features, dim));
+  linear_2 = register_module("linear_2", Linear(dim, dim));
+}
+
+at::Tensor MlpEmbedderImpl::forward(const at::Tensor& x) {
+  return linear_2->forward(at::silu(linear_1->forward(x)));
+}
+
+AdaLayerNormZeroImpl::AdaLayerNormZeroImpl(int64_t dim) {
+  linear = register_module("linear", Linear(dim, 6 * dim));
+}
+
+Modulation AdaLayerNormZeroImpl::forward(const at::Tensor& temb) {
+  return linear->forward(at::silu(temb)).chunk(6, -1);
+}
+
+AdaLayerNormZeroSingleImpl::AdaLayerNormZeroSingleImpl(int64_t dim) {
+  linear = register_module("linear", Linear(dim, 3 * dim));
+}
+
+Modulation AdaLayerNormZeroSingleImpl::forward(const at::Tensor& temb) {
+  return linear->forward(at::silu(temb)).chunk(3, -1);
+}
+
+AdaLayerNormContinuousImpl::AdaLayerNormContinuousImpl(int64_t dim) {
+  linear = register_module("linear", Linear(dim, 2 * dim));
+}
+
+Modulation AdaLayerNormContinuousImpl::forward(const at::Tensor& temb, at::ScalarType dtype) {
+  return linear->forward(at::silu(temb).to(dtype)).chunk(2, -1);
+}
+
+at::Tensor flux_timestep_projection(const at::Tensor& t, int64_t num_channels) {
+  TORCH_CHECK_VALUE(num_channels >= 2 && num_channels % 2 == 0,
+                    "[timestep] num_channels must be even and >= 2, got ", num_channels);
+  TORCH_CHECK_VALUE(t.dim() == 1, "[timestep] timestep must be 1-D (B), got shape ", t.sizes());
+  const int64_t half = num_channels / 2;
+  const auto opts = t.options().dtype(at::kFloat);
+  // diffusers get_timestep_embedding: exponent = -ln(10000) * k / (half - downscale_freq_shift).
+  at::Tensor freq = at::exp(at::arange(half, opts) * (-std::log(10000.0) / static_cast<double>(half)));
+  at::Tensor arg = t.to(at::kFloat).unsqueeze(1) * freq.unsqueeze(0);
+  // flip_sin_to_cos: [cos | sin].
+  return at::cat({at::cos(arg), at::sin(arg)}, -1);
+}
+
+at::Tensor mageflow_timestep_projection(const at::Tensor& t, int64_t num_channels,
+                                        at::ScalarType round_dtype) {
+  TORCH_CHECK_VALUE(num_channels >= 2 && num_channels % 2 == 0,
+                    "[timestep] num_channels must be even and >= 2, got ", num_channels);
+  TORCH_CHECK_VALUE(t.dim() == 1, "[timestep] timesteps must be 1-D (n), got shape ", t.sizes());
+  const int64_t half = num_channels / 2;
+  const auto opts = t.options().dtype(at::kFloat);
+  at::Tensor t_rounded = t.to(round_dtype);
+  // The vendored Timesteps casts its float32 table to the dtype of t, i.e. rounds it to bfloat16.
+  at::Tensor freq = at::exp(at::arange(half, opts) * (-std::log(10000.0) / static_cast<double>(half)))
+                        .to(round_dtype)
+                        .to(at::kFloat);
+  at::Tensor arg = (t_rounded.to(at::kFloat).unsqueeze(1) * freq.unsqueeze(0)) * 1000.0;
+  return at::cat({at::cos(arg), at::sin(arg)}, -1);
+}
+
+}  // namespace remat::models

@@ -1,0 +1,293 @@
+// Flux: registered keys and parameter counts, single-block numerics against plain-tensor
+// references written from MODELS.md §1.6/§1.7, config parsing and input validation.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "models/model_test_util.h"
+#include "remat/models/flux.h"
+
+namespace remat::models {
+namespace {
+
+using test::close;
+using torch::indexing::None;
+using torch::indexing::Slice;
+
+class FluxTest : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+// ---- reference math, written from the formulas (no calls into the implementation) ----
+
+at::Tensor ref_linear(const std::map<std::string, at::Tensor>& p, const std::string& name,
+                      const at::Tensor& x) {
+  return x.matmul(p.at(name + ".weight").t()) + p.at(name + ".bias");
+}
+
+at::Tensor ref_ln(const at::Tensor& x) {
+  const auto mean = x.mean(-1, true);
+  const auto var = (x - mean).pow(2).mean(-1, true);
+  return (x - mean) / (var + 1e-6).sqrt();
+}
+
+at::Tensor ref_rms(const at::Tensor& x, const at::Tensor& w) {
+  return x / (x.pow(2).mean(-1, true) + 1e-6).sqrt() * w;
+}
+
+at::Tensor ref_silu(const at::Tensor& x) { return x / (1 + (-x).exp()); }
+
+at::Tensor ref_gelu(const at::Tensor& x) {
+  return 0.5 * x * (1 + (std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))).tanh());
+}
+
+// Angles (N, d/2) of the Flux RoPE from ids (N, 3), float64 loops over the formula.
+at::Tensor ref_rope_angles(const at::Tensor& ids, const std::vector<int64_t>& axes) {
+  const int64_t n = ids.size(0);
+  int64_t half = 0;
+  for (auto a : axes) half += a / 2;
+  auto angles = torch::zeros({n, half}, torch::kFloat64);
+  auto acc = angles.accessor<double, 2>();
+  auto id = ids.to(torch::kFloat64).contiguous();
+  auto ida = id.accessor<double, 2>();
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t lane = 0;
+    for (size_t a = 0; a < axes.size(); ++a) {
+      for (int64_t j = 0; j < axes[a] / 2; ++j) {
+        acc[r][lane++] = ida[r][a] * (1.0 / std::pow(10000.0, 2.0 * j / axes[a]));
+      }
+    }
+  }
+  return angles;
+}
+
+// The tables the module receives: each angle's cos/sin rounded to float32, repeated per pair.
+RotaryTables tables_from_angles(const at::Tensor& angles) {
+  return {angles.cos().to(torch::kFloat32).repeat_interleave(2, 1),
+          angles.sin().to(torch::kFloat32).repeat_interleave(2, 1)};
+}
+
+// Rotation of adjacent pairs, x (B, N, H, d), angles (N, d/2); cos/sin rounded to float32 as the
+// tables are.
+at::Tensor ref_rope(const at::Tensor& x, const at::Tensor& angles) {
+  const auto c = angles.cos().to(torch::kFloat32).to(torch::kFloat64).unsqueeze(1);
+  const auto s = angles.sin().to(torch::kFloat32).to(torch::kFloat64).unsqueeze(1);
+  const auto x0 = x.index({"...", Slice(0, None, 2)});
+  const auto x1 = x.index({"...", Slice(1, None, 2)});
+  return torch::stack({x0 * c - x1 * s, x1 * c + x0 * s}, -1).flatten(-2);
+}
+
+// softmax(q k^T / sqrt(d)) v per head; (B, N, H, d) -> (B, N, H*d).
+at::Tensor ref_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const auto qh = q.transpose(1, 2), kh = k.transpose(1, 2), vh = v.transpose(1, 2);
+  auto scores = qh.matmul(kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(-1)));
+  scores = (scores - std::get<0>(scores.max(-1, true))).exp();
+  const auto weights = scores / scores.sum(-1, true);
+  return weights.matmul(vh).transpose(1, 2).flatten(-2);
+}
+
+std::map<std::string, at::Tensor> params_of(torch::nn::Module& m) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : m.named_parameters()) out[item.key()] = item.value().detach();
+  return out;
+}
+
+// Random weights everywhere (zero-initialised or ones-initialised parameters would hide errors).
+void randomise(torch::nn::Module& m, double scale = 0.2) {
+  torch::NoGradGuard guard;
+  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * scale);
+}
+
+TEST_F(FluxTest, DoubleBlockMatchesReferenceFormulas) {
+  const int64_t B = 2, Ni = 6, Nt = 3, H = 2, d = 16, D = H * d;
+  FluxTransformerBlock block(D, H);
+  block->to(torch::kFloat64);
+  randomise(*block);
+  for (const auto& item : block->named_parameters()) {
+    if (item.key().find("norm_") != std::string::npos) {
+      torch::NoGradGuard g;
+      item.value().add_(1.0);  // RMSNorm weights around 1
+    }
+  }
+  const auto x = torch::randn({B, Ni, D}, torch::kFloat64);
+  const auto c = torch::randn({B, Nt, D}, torch::kFloat64);
+  const auto temb = torch::randn({B, D}, torch::kFloat64);
+  auto ids = torch::zeros({Nt + Ni, 3});
+  auto ida = ids.accessor<float, 2>();
+  for (int64_t i = 0; i < Ni; ++i) {
+    ida[Nt + i][1] = static_cast<float>(i / 3);
+    ida[Nt + i][2] = static_cast<float>(i % 3);
+  }
+  const std::vector<int64_t> axes = {4, 6, 6};
+  const auto angles = ref_rope_angles(ids, axes);
+  const auto [c_out, x_out] = block->forward(x, c, temb, tables_from_angles(angles));
+
+  const auto p = params_of(*block);
+  const auto m = ref_linear(p, "norm1.linear", ref_silu(temb)).unsqueeze(1).chunk(6, -1);
+  const auto mc = ref_linear(p, "norm1_context.linear", ref_silu(temb)).unsqueeze(1).chunk(6, -1);
+  const auto x_mod = ref_ln(x) * (1 + m[1]) + m[0];
+  const auto c_mod = ref_ln(c) * (1 + mc[1]) + mc[0];
+  auto heads = [&](const at::Tensor& t) { return t.reshape({B, t.size(1), H, d}); };
+  const auto q = torch::cat({ref_rms(heads(ref_linear(p, "attn.add_q_proj", c_mod)), p.at("attn.norm_added_q.weight")),
+                             ref_rms(heads(ref_linear(p, "attn.to_q", x_mod)), p.at("attn.norm_q.weight"))}, 1);
+  const auto k = torch::cat({ref_rms(heads(ref_linear(p, "attn.add_k_proj", c_mod)), p.at("attn.norm_added_k.weight")),
+                             ref_rms(heads(ref_linear(p, "attn.to_k", x_mod)), p.at("attn.norm_k.weight"))}, 1);
+  const auto v = torch::cat({heads(ref_linear(p, "attn.add_v_proj", c_mod)), heads(ref_linear(p, "attn.to_v", x_mod))}, 1);
+  const auto o = ref_attention(ref_rope(q, angles), ref_rope(k, angles), v);
+  const auto a_c = ref_linear(p, "attn.to_add_out", o.narrow(1, 0, Nt));
+  const auto a = ref_linear(p, "attn.to_out.0", o.narrow(1, Nt, Ni));
+  auto x_ref = x + m[2] * a;
+  auto ff = [&](const std::string& name, const at::Tensor& h) {
+    return ref_linear(p, name + ".net.2", ref_gelu(ref_linear(p, name + ".net.0.proj", h)));
+  };
+  x_ref = x_ref + m[5] * ff("ff", ref_ln(x_ref) * (1 + m[4]) + m[3]);
+  auto c_ref = c + mc[2] * a_c;
+  c_ref = c_ref + mc[5] * ff("ff_context", ref_ln(c_ref) * (1 + mc[4]) + mc[3]);
+
+  EXPECT_TRUE(close(x_out, x_ref, 1e-10, 1e-10));
+  EXPECT_TRUE(close(c_out, c_ref, 1e-10, 1e-10));
+}
+
+TEST_F(FluxTest, SingleBlockMatchesReferenceFormulas) {
+  const int64_t B = 2, N = 7, H = 2, d = 16, D = H * d;
+  FluxSingleTransformerBlock block(D, H);
+  block->to(torch::kFloat64);
+  randomise(*block);
+  const auto s = torch::randn({B, N, D}, torch::kFloat64);
+  const auto temb = torch::randn({B, D}, torch::kFloat64);
+  auto ids = torch::zeros({N, 3});
+  auto ida = ids.accessor<float, 2>();
+  for (int64_t i = 2; i < N; ++i) {
+    ida[i][1] = static_cast<float>((i - 2) / 2);
+    ida[i][2] = static_cast<float>((i - 2) % 2 + 5);
+  }
+  const std::vector<int64_t> axes = {4, 6, 6};
+  const auto angles = ref_rope_angles(ids, axes);
+  const auto out = block->forward(s, temb, tables_from_angles(angles));
+
+  const auto p = params_of(*block);
+  const auto m = ref_linear(p, "norm.linear", ref_silu(temb)).unsqueeze(1).chunk(3, -1);
+  const auto s_mod = ref_ln(s) * (1 + m[1]) + m[0];
+  auto heads = [&](const at::Tensor& t) { return t.reshape({B, N, H, d}); };
+  const auto q = ref_rope(ref_rms(heads(ref_linear(p, "attn.to_q", s_mod)), p.at("attn.norm_q.weight")), angles);
+  const auto k = ref_rope(ref_rms(heads(ref_linear(p, "attn.to_k", s_mod)), p.at("attn.norm_k.weight")), angles);
+  const auto v = heads(ref_linear(p, "attn.to_v", s_mod));
+  const auto attn = ref_attention(q, k, v);
+  const auto mlp = ref_gelu(ref_linear(p, "proj_mlp", s_mod));
+  const auto ref = s + m[2] * ref_linear(p, "proj_out", torch::cat({attn, mlp}, -1));
+  EXPECT_TRUE(close(out, ref, 1e-10, 1e-10));
+}
+
+TEST_F(FluxTest, ParameterCountsOfPublishedModels) {
+  EXPECT_EQ(parameter_count(FluxConfig::preset("flux-dev")), 11901408320LL);
+  EXPECT_EQ(parameter_count(FluxConfig::preset("flux-schnell")), 11891178560LL);
+  EXPECT_EQ(state_dict_key_count(FluxConfig::preset("flux-dev")), 1160);
+  EXPECT_EQ(state_dict_key_count(FluxConfig::preset("flux-schnell")), 1156);
+}
+
+TEST_F(FluxTest, TinyModelRegistersDiffusersKeys) {
+  for (const std::string name : {"flux-tiny", "flux-small"}) {
+    const auto config = FluxConfig::preset(name);
+    Flux model(config);
+    const auto params = model->named_parameters();
+    int64_t total = 0;
+    for (const auto& item : params) total += item.value().numel();
+    EXPECT_EQ(total, parameter_count(config)) << name;
+    // §1.11: 20 top-level keys with guidance, 32 per double block, 14 per single block.
+    EXPECT_EQ(static_cast<int64_t>(params.size()),
+              20 + 32 * config.num_layers + 14 * config.num_single_layers)
+        << name;
+    EXPECT_EQ(static_cast<int64_t>(params.size()), state_dict_key_count(config)) << name;
+  }
+  const auto config = FluxConfig::preset("flux-tiny");
+  Flux model(config);
+  const auto params = model->named_parameters();
+  const int64_t D = 64, F = 256, d = 32;
+  const std::map<std::string, std::vector<int64_t>> expected = {
+      {"x_embedder.weight", {D, 64}},
+      {"context_embedder.weight", {D, 32}},
+      {"time_text_embed.timestep_embedder.linear_1.weight", {D, 256}},
+      {"time_text_embed.guidance_embedder.linear_2.bias", {D}},
+      {"time_text_embed.text_embedder.linear_1.weight", {D, 16}},
+      {"transformer_blocks.0.norm1.linear.weight", {6 * D, D}},
+      {"transformer_blocks.1.norm1_context.linear.bias", {6 * D}},
+      {"transformer_blocks.0.attn.to_out.0.weight", {D, D}},
+      {"transformer_blocks.0.attn.to_add_out.bias", {D}},
+      {"transformer_blocks.0.attn.norm_added_k.weight", {d}},
+      {"transformer_blocks.1.ff.net.0.proj.weight", {F, D}},
+      {"transformer_blocks.1.ff_context.net.2.weight", {D, F}},
+      {"single_transformer_blocks.0.norm.linear.weight", {3 * D, D}},
+      {"single_transformer_blocks.1.attn.norm_k.weight", {d}},
+      {"single_transformer_blocks.1.proj_mlp.weight", {F, D}},
+      {"single_transformer_blocks.1.proj_out.weight", {D, D + F}},
+      {"norm_out.linear.weight", {2 * D, D}},
+      {"proj_out.weight", {64, D}},
+  };
+  for (const auto& [key, shape] : expected) {
+    const auto* p = params.find(key);
+    ASSERT_NE(p, nullptr) << key;
+    EXPECT_EQ(p->sizes().vec(), shape) << key;
+  }
+  EXPECT_EQ(params.find("single_transformer_blocks.0.attn.to_out.0.weight"), nullptr);
+  EXPECT_EQ(params.find("single_transformer_blocks.0.attn.add_q_proj.weight"), nullptr);
+}
+
+TEST_F(FluxTest, ConfigFromDiffusersJson) {
+  const std::string json = R"({"_class_name": "FluxTransformer2DModel", "_diffusers_version": "0.30.0",
+    "attention_head_dim": 128, "axes_dims_rope": [16, 56, 56], "guidance_embeds": false,
+    "in_channels": 64, "joint_attention_dim": 4096, "num_attention_heads": 24, "num_layers": 19,
+    "num_single_layers": 38, "out_channels": null, "patch_size": 1, "pooled_projection_dim": 768})";
+  const auto config = FluxConfig::from_json(json);
+  EXPECT_FALSE(config.guidance_embeds);
+  EXPECT_EQ(config.output_channels(), 64);
+  EXPECT_EQ(parameter_count(config), 11891178560LL);
+  try {
+    FluxConfig::from_json_string(R"({"num_layers": "nineteen"})");
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("num_layers"), std::string::npos) << e.what();
+  }
+  try {
+    FluxConfig::from_json_string(R"({"axes_dims_rope": [16, 56, 50]})");
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("axes_dims_rope"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(FluxConfig::preset("flux-huge"), std::invalid_argument);
+}
+
+TEST_F(FluxTest, RejectsBadInputs) {
+  Flux model(FluxConfig::preset("flux-tiny"));
+  const auto x = torch::randn({1, 4, 64}), c = torch::randn({1, 3, 32}), pooled = torch::randn({1, 16});
+  const auto t = torch::full({1}, 0.5), g = torch::full({1}, 3.5);
+  const auto img_ids = flux_image_ids(2, 2), txt_ids = flux_text_ids(3);
+  try {
+    model->forward(x, c, pooled, t, img_ids, txt_ids);  // guidance missing on a dev-like model
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("guidance"), std::string::npos) << e.what();
+  }
+  try {
+    model->forward(torch::randn({1, 4, 63}), c, pooled, t, img_ids, txt_ids, g);
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hidden_states"), std::string::npos) << e.what();
+  }
+  try {
+    model->set_gradient_checkpointing_backend("deepspeed");
+    ADD_FAILURE() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("deepspeed"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("unsloth-ffn"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(model->set_gradient_checkpointing_interval(0), std::invalid_argument);
+  EXPECT_THROW(model->set_gradient_checkpointing_layout(layout_keep_all(3), layout_keep_all(2)),
+               std::invalid_argument);
+  EXPECT_EQ(model->forward(x, c, pooled, t, img_ids, txt_ids, g).sizes(), (std::vector<int64_t>{1, 4, 64}));
+}
+
+}  // namespace
+}  // namespace remat::models
