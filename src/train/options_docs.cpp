@@ -167,10 +167,12 @@ std::string options_markdown() {
       }
       // The signature carries the range and keywords after the type name; show them verbatim.
       const std::string sig = spec.signature();
-      const std::string type_part = sig.substr(0, sig.find(", default "));
+      std::string type_part = sig.substr(0, sig.find(", default "));
+      type_part = type_part.substr(0, type_part.find(" | "));
       if (spec.type != OptionType::Choice && type_part != option_type_name(spec.type)) {
         out << " (" << type_part.substr(option_type_name(spec.type).size() + 1) << ")";
       }
+      for (const auto& k : spec.keywords) out << " or `" << k << "`";
       out << "\n- **Default**: " << default_text(spec) << "\n";
       out << "- **What**: " << spec.help << "\n";
       if (!spec.tooltip.empty()) out << "- **Note**: " << spec.tooltip << "\n";
