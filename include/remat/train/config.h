@@ -1,0 +1,190 @@
+#pragma once
+/// \file
+/// The typed configuration of `remat train`, and how it is read: a SimpleTuner-style config.json
+/// (same key names, with or without a leading "--") overridden by command-line flags.
+///
+/// Every option is defined once, in the registry of remat/train/options.h; this header holds the
+/// struct the trainer reads and the entry points that fill it. Defaults are the field initialisers
+/// below, and the registry's help text and docs read them from here, so they cannot drift.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "remat/checkpoint.h"
+#include "remat/export.h"
+
+namespace remat::train {
+
+/// Bad configuration: an unknown key, a value of the wrong type or out of range, or a combination
+/// the safety check refuses. `what()` has the shape `[train] <option> must be <valid>, got <value>`;
+/// the CLI prints it and exits with code 2 before any work starts.
+class REMAT_API ValidationError : public std::invalid_argument {
+ public:
+  ValidationError(std::string option, std::string value, const std::string& message);
+  /// The option at fault (SimpleTuner key, without "--"); empty when the problem is not one option.
+  const std::string& option() const noexcept { return option_; }
+  /// The offending value as written by the user.
+  const std::string& value() const noexcept { return value_; }
+
+ private:
+  std::string option_;
+  std::string value_;
+};
+
+/// Everything `remat train` needs, validated. Field names are SimpleTuner's option names.
+/// Choice-valued fields hold one of the registry's choices (see docs/OPTIONS.md).
+struct TrainConfig {
+  // ---- model ----
+  /// "flux" or "mageflow".
+  std::string model_family = "flux";
+  /// Preset name. Unset on input means the family's default (flux-dev, mageflow-4b); after
+  /// load_train_config it always holds a preset of `model_family`.
+  std::string model_flavour;
+  /// A .safetensors file with the transformer weights. Unset: random initialisation (a warning).
+  std::optional<std::string> pretrained_model_name_or_path;
+  /// Optional diffusers-style transformer config.json overriding the flavour's shapes.
+  std::optional<std::string> pretrained_transformer_config;
+  /// "full" (train every weight) or "lora".
+  std::string model_type = "full";
+  int64_t lora_rank = 16;
+  /// LoRA scale numerator (scale = alpha / rank). Unset on input means alpha = rank; after
+  /// load_train_config it always holds a value.
+  std::optional<double> lora_alpha;
+  /// Which Flux modules get LoRA adapters (MODELS.md §1.13): default, all, context, context+ffs,
+  /// all+ffs, all+ffs+embedder, ai-toolkit, tiny, nano.
+  std::string flux_lora_target = "all";
+
+  // ---- optimizer and schedule ----
+  double learning_rate = 4e-7;
+  /// Only "adamw" for now.
+  std::string optimizer = "adamw";
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double adam_weight_decay = 1e-2;
+  /// "constant", "constant_with_warmup" or "cosine" (see remat/train/schedule.h).
+  std::string lr_scheduler = "constant_with_warmup";
+  int64_t lr_warmup_steps = 0;
+  /// Gradient clipping threshold (global L2 norm); 0 disables clipping.
+  double max_grad_norm = 2.0;
+
+  // ---- training loop ----
+  int64_t train_batch_size = 4;
+  int64_t gradient_accumulation_steps = 1;
+  /// Optimizer steps to run; 0 means run num_train_epochs epochs instead.
+  int64_t max_train_steps = 0;
+  int64_t num_train_epochs = 1;
+  /// Unset: a random seed.
+  std::optional<int64_t> seed;
+  /// "no" (fp32) or "bf16" (autocast to bfloat16).
+  std::string mixed_precision = "bf16";
+  /// Flow-matching shift applied to sampled sigmas; 0 disables the shift.
+  double flow_schedule_shift = 3.0;
+  /// Scale of the normal sample before the sigmoid (logit-normal sigma sampling).
+  double flow_sigmoid_scale = 1.0;
+  /// Sample sigmas uniformly in [0, 1) instead of logit-normal.
+  bool flow_use_uniform_schedule = false;
+
+  // ---- gradient checkpointing ----
+  bool gradient_checkpointing = true;
+  /// Blocks per checkpointed chunk; unset means per-block checkpointing (1 is stored as unset).
+  std::optional<int64_t> gradient_checkpointing_interval;
+  /// True when the user asked for interval "auto": the budget planner picks the layout.
+  bool gradient_checkpointing_interval_auto = false;
+  /// A chunk starts every `stride` blocks (stride >= interval); unset means stride = interval.
+  std::optional<int64_t> gradient_checkpointing_segment_stride;
+  /// "torch", "unsloth", "torch-ffn" or "unsloth-ffn" (see checkpoint_backend / checkpoint_ffn_only).
+  std::string gradient_checkpointing_backend = "torch";
+  /// Activation memory budget in bytes for the auto planner.
+  std::optional<int64_t> gradient_checkpointing_memory_budget;
+
+  // ---- data and output ----
+  std::optional<std::string> instance_data_dir;
+  std::string output_dir = "remat-results";
+  /// Save a checkpoint every N optimizer steps; 0 disables periodic checkpoints.
+  int64_t checkpointing_steps = 500;
+  /// Keep at most this many checkpoints (oldest removed first); 0 keeps all.
+  int64_t checkpoints_total_limit = 5;
+  /// A checkpoint directory, or "latest" (the newest under output_dir, if any). Unset: start fresh.
+  std::optional<std::string> resume_from_checkpoint = std::string("latest");
+
+  // ---- runtime ----
+  /// "auto", "cpu" or "cuda" on input; after load_train_config "cpu" or "cuda".
+  std::string device = "auto";
+  /// CPU threads for LibTorch; 0 keeps LibTorch's default.
+  int64_t num_threads = 0;
+  /// Log the loss every N optimizer steps.
+  int64_t report_every = 10;
+
+  /// remat::Backend of gradient_checkpointing_backend: Offload for unsloth*, Recompute otherwise.
+  Backend checkpoint_backend() const;
+  /// True for the "-ffn" backends: only the feed-forward half of each block is checkpointed.
+  bool checkpoint_ffn_only() const;
+  /// lora_alpha, or lora_rank when unset.
+  double lora_alpha_value() const;
+};
+
+/// Option values as text, by option name, before typing: what a config.json or the command line
+/// says. std::nullopt means "explicitly unset" (JSON null, an empty value, "None").
+using OptionValues = std::map<std::string, std::optional<std::string>>;
+
+/// Reads a SimpleTuner-style config.json (a flat JSON object). Keys may start with "--"; aliases
+/// are mapped to their option name. JSON booleans and numbers become their text; null means unset.
+/// Throws ValidationError for a missing or malformed file, a nested value, or an unknown key (the
+/// message suggests the closest known option).
+REMAT_API OptionValues read_config_file(const std::string& path);
+
+/// The result of parsing a command line: the --config path if given, and the flag values.
+struct CommandLine {
+  std::optional<std::string> config_path;
+  OptionValues values;
+  /// `--help` or `-h` was given: the caller prints train_help_text() instead of training.
+  bool help = false;
+};
+
+/// Parses `--key=value`, `--key value` and, for booleans, `--flag` (true) / `--flag=false`.
+/// `--config path` names the config.json. Throws ValidationError for an unknown flag (with the
+/// closest known option), a missing value or a stray positional argument.
+REMAT_API CommandLine parse_command_line(const std::vector<std::string>& args);
+
+/// What the environment provides to validation (injectable so tests do not depend on the machine).
+struct Environment {
+  /// Whether CUDA is usable: resolves device "auto". Default: torch::cuda::is_available().
+  bool cuda_available;
+  Environment();
+  explicit Environment(bool cuda) : cuda_available(cuda) {}
+};
+
+/// Builds a TrainConfig from option values (defaults for absent keys), validating each value
+/// against the registry (type, range, choices), then cross-option rules (flavour belongs to the
+/// family) and resolutions (device auto, lora_alpha, flavour default). Does not run the
+/// checkpointing safety check. Appends warnings to `warnings`. Throws ValidationError.
+REMAT_API TrainConfig build_train_config(const OptionValues& values,
+                                         std::vector<std::string>& warnings,
+                                         const Environment& env = Environment());
+
+/// The whole pipeline of `remat train`: parse the command line, read --config if given, let the
+/// flags override the file, build the TrainConfig and run safety_check. Throws ValidationError;
+/// appends warnings (which the caller logs) to `warnings`. `--help` is ignored here: check
+/// parse_command_line(args).help first.
+REMAT_API TrainConfig load_train_config(const std::vector<std::string>& args,
+                                        std::vector<std::string>& warnings,
+                                        const Environment& env = Environment());
+
+/// Parses a byte size: a non-negative number with an optional unit, case-insensitive, spaces
+/// allowed before the unit. Binary units B, KiB, MiB, GiB, TiB (powers of 1024), decimal units
+/// KB, MB, GB, TB (powers of 1000); K/M/G/T alone are binary. "20GiB", "512MiB", "1.5GB",
+/// "1048576". Fractions are allowed with a unit and rounded down to whole bytes. Throws
+/// ValidationError naming `option` for anything else, or a value above 2^63-1 bytes.
+REMAT_API int64_t parse_bytes(const std::string& text,
+                              const std::string& option = "gradient_checkpointing_memory_budget");
+
+/// Formats a byte count the way parse_bytes reads it back exactly: "20GiB", "512MiB", or plain
+/// bytes when no binary unit divides it.
+REMAT_API std::string format_byte_size(int64_t bytes);
+
+}  // namespace remat::train

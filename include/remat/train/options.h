@@ -1,0 +1,109 @@
+#pragma once
+/// \file
+/// The options registry of `remat train`: ONE table that defines every option once (name, type,
+/// default, help, tooltip, validation, dependencies, docs anchor, section, and whether it belongs
+/// to gradient checkpointing). The `--help` text, config validation, `remat options --json`
+/// (for a web UI or an editor) and docs/OPTIONS.md are all generated from it.
+///
+/// Names, defaults and semantics follow SimpleTuner, so its users feel at home.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "remat/export.h"
+#include "remat/train/config.h"
+
+namespace remat::train {
+
+/// How an option's value is written and checked.
+enum class OptionType {
+  Bool,    ///< true/false (also 1/0, yes/no, on/off); `--flag` alone means true
+  Int,     ///< a whole number
+  Float,   ///< a finite number
+  String,  ///< free text
+  Choice,  ///< one of OptionSpec::choices
+  Path,    ///< a non-empty file-system path
+  Bytes,   ///< a byte size such as "20GiB" (see parse_bytes)
+};
+
+/// "bool", "int", "float", "string", "choice", "path" or "bytes".
+REMAT_API std::string option_type_name(OptionType type);
+
+/// An option is in effect only when another option has a given value.
+struct OptionDependency {
+  std::string option;  ///< the option it depends on
+  std::string equals;  ///< the value (as text) that enables it, e.g. "true" or "lora"
+};
+
+/// A value after typing and range checks: null (unset), bool, int, float or text (strings,
+/// choices, paths and keywords such as "auto").
+using OptionValue = std::variant<std::monostate, bool, int64_t, double, std::string>;
+
+/// One option. All fields are fixed at registry construction.
+struct OptionSpec {
+  std::string name;  ///< SimpleTuner key, without "--"
+  OptionType type = OptionType::String;
+  std::string section;  ///< heading it is listed under (help, docs, JSON "section")
+  std::string help;     ///< one-line description
+  std::string tooltip;  ///< longer hint for UIs and docs; may be empty
+  std::optional<double> minimum;  ///< inclusive; Int, Float and Bytes only
+  std::optional<double> maximum;  ///< inclusive
+  bool exclusive_minimum = false;  ///< the minimum itself is not allowed (value > minimum)
+  std::vector<std::string> choices;   ///< the valid values of a Choice option
+  std::vector<std::string> keywords;  ///< extra words accepted besides the type ("auto", "latest")
+  bool nullable = false;  ///< may be unset (JSON null, "", "None"); unset is then its default
+  std::vector<OptionDependency> depends_on;  ///< all must hold for the option to take effect
+  bool checkpointing = false;  ///< part of the gradient-checkpointing group (translated docs)
+  std::vector<std::string> aliases;  ///< other accepted key names (SimpleTuner legacy names)
+  /// The default as text, read from a default-constructed TrainConfig; std::nullopt = unset.
+  std::optional<std::string> default_value;
+  /// Replaces default_value in help and docs when the default is resolved later ("= lora_rank").
+  std::string default_note;
+
+  /// Stores a typed, validated value into its TrainConfig field (the registry's binding).
+  std::function<void(TrainConfig&, const OptionValue&)> assign;
+  /// Reads the field back as text (std::nullopt when unset).
+  std::function<std::optional<std::string>(const TrainConfig&)> render;
+
+  /// Documentation anchor in docs/OPTIONS.md: "--" + name, as GitHub renders the heading.
+  std::string doc_anchor() const;
+  /// "int, default 16", "bool, default true", "int >= 1 or auto, default unset"...: what --help shows.
+  std::string signature() const;
+};
+
+/// Every option, in display order (grouped by section).
+REMAT_API const std::vector<OptionSpec>& option_specs();
+
+/// The sections in display order.
+REMAT_API const std::vector<std::string>& option_sections();
+
+/// The option named `name` (or one of its aliases), leading "--" allowed; nullptr if none.
+REMAT_API const OptionSpec* find_option(std::string_view name);
+
+/// The known option name closest to `name` by edit distance (for "did you mean" messages).
+REMAT_API std::string closest_option(std::string_view name);
+
+/// Parses and validates `text` as a value of `spec`: type, keywords, minimum/maximum, choices.
+/// std::nullopt text means unset (allowed only for nullable options). Throws ValidationError
+/// shaped `[train] <name> must be <valid>, got <text>`.
+REMAT_API OptionValue parse_option_value(const OptionSpec& spec,
+                                         const std::optional<std::string>& text);
+
+/// The text of `remat train --help`: usage, then every flag with its type and default, grouped by
+/// section, with its help line.
+REMAT_API std::string train_help_text();
+
+/// `remat options --json`: a JSON-schema-like description of every option (type, default,
+/// minimum/maximum, enum, description, tooltip, dependsOn, docs anchor, section, checkpointing),
+/// pretty-printed with two spaces.
+REMAT_API std::string options_json();
+
+/// `remat options --markdown`: the text of docs/OPTIONS.md.
+REMAT_API std::string options_markdown();
+
+}  // namespace remat::train

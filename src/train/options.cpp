@@ -1,0 +1,519 @@
+// The options registry: the one table of `remat train` options, and the typing and validation of
+// values against it. Help text, JSON export and docs are generated from it in options_docs.cpp.
+//
+// Defaults are not written here: each option binds a TrainConfig field, and its default is read
+// from a default-constructed TrainConfig, so the struct's initialisers are the only source.
+// Names, defaults, help lines and tooltips follow SimpleTuner's field registry
+// (simpletuner_sdk/server/services/field_registry/sections/*.py) unless a comment says otherwise.
+#include "remat/train/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+namespace remat::train {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Shortest text that reads back to the same double, with a ".0" on whole numbers so that a float
+// option's default never looks like an integer ("3.0", "4e-07").
+std::string render_float(double v) {
+  char buf[64];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+struct Binding {
+  std::function<void(TrainConfig&, const OptionValue&)> assign;
+  std::function<std::optional<std::string>(const TrainConfig&)> render;
+};
+
+Binding bind(bool TrainConfig::*m) {
+  return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<bool>(v); },
+          [m](const TrainConfig& c) -> std::optional<std::string> { return c.*m ? "true" : "false"; }};
+}
+Binding bind(int64_t TrainConfig::*m) {
+  return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<int64_t>(v); },
+          [m](const TrainConfig& c) -> std::optional<std::string> { return std::to_string(c.*m); }};
+}
+Binding bind(double TrainConfig::*m) {
+  return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<double>(v); },
+          [m](const TrainConfig& c) -> std::optional<std::string> { return render_float(c.*m); }};
+}
+// A string field; unset (nullable options only) is stored as "".
+Binding bind(std::string TrainConfig::*m) {
+  return {[m](TrainConfig& c, const OptionValue& v) {
+            c.*m = std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : std::string();
+          },
+          [m](const TrainConfig& c) -> std::optional<std::string> {
+            if ((c.*m).empty()) return std::nullopt;
+            return c.*m;
+          }};
+}
+Binding bind(std::optional<std::string> TrainConfig::*m) {
+  return {[m](TrainConfig& c, const OptionValue& v) {
+            if (std::holds_alternative<std::string>(v)) c.*m = std::get<std::string>(v);
+            else c.*m = std::nullopt;
+          },
+          [m](const TrainConfig& c) { return c.*m; }};
+}
+Binding bind(std::optional<double> TrainConfig::*m) {
+  return {[m](TrainConfig& c, const OptionValue& v) {
+            if (std::holds_alternative<double>(v)) c.*m = std::get<double>(v);
+            else c.*m = std::nullopt;
+          },
+          [m](const TrainConfig& c) -> std::optional<std::string> {
+            if (!(c.*m)) return std::nullopt;
+            return render_float(*(c.*m));
+          }};
+}
+Binding bind(std::optional<int64_t> TrainConfig::*m, bool bytes = false) {
+  return {[m](TrainConfig& c, const OptionValue& v) {
+            if (std::holds_alternative<int64_t>(v)) c.*m = std::get<int64_t>(v);
+            else c.*m = std::nullopt;
+          },
+          [m, bytes](const TrainConfig& c) -> std::optional<std::string> {
+            if (!(c.*m)) return std::nullopt;
+            return bytes ? format_byte_size(*(c.*m)) : std::to_string(*(c.*m));
+          }};
+}
+// gradient_checkpointing_interval: a whole number of blocks, or the keyword "auto" (the budget
+// planner picks the layout), stored in two fields.
+Binding bind_interval() {
+  return {[](TrainConfig& c, const OptionValue& v) {
+            c.gradient_checkpointing_interval_auto = std::holds_alternative<std::string>(v);
+            if (std::holds_alternative<int64_t>(v)) c.gradient_checkpointing_interval = std::get<int64_t>(v);
+            else c.gradient_checkpointing_interval = std::nullopt;
+          },
+          [](const TrainConfig& c) -> std::optional<std::string> {
+            if (c.gradient_checkpointing_interval_auto) return "auto";
+            if (!c.gradient_checkpointing_interval) return std::nullopt;
+            return std::to_string(*c.gradient_checkpointing_interval);
+          }};
+}
+
+// Fluent construction of one table row.
+class Opt {
+ public:
+  Opt(std::string section, std::string name, OptionType type, Binding binding, std::string help) {
+    spec_.section = std::move(section);
+    spec_.name = std::move(name);
+    spec_.type = type;
+    spec_.assign = std::move(binding.assign);
+    spec_.render = std::move(binding.render);
+    spec_.help = std::move(help);
+  }
+  Opt& tooltip(std::string t) { spec_.tooltip = std::move(t); return *this; }
+  Opt& min(double v, bool exclusive = false) { spec_.minimum = v; spec_.exclusive_minimum = exclusive; return *this; }
+  Opt& max(double v) { spec_.maximum = v; return *this; }
+  Opt& choices(std::vector<std::string> c) { spec_.choices = std::move(c); return *this; }
+  Opt& keywords(std::vector<std::string> k) { spec_.keywords = std::move(k); return *this; }
+  Opt& nullable() { spec_.nullable = true; return *this; }
+  Opt& depends(std::string option, std::string equals) {
+    spec_.depends_on.push_back({std::move(option), std::move(equals)});
+    return *this;
+  }
+  Opt& checkpointing() { spec_.checkpointing = true; return *this; }
+  Opt& alias(std::string a) { spec_.aliases.push_back(std::move(a)); return *this; }
+  Opt& default_note(std::string n) { spec_.default_note = std::move(n); return *this; }
+  OptionSpec done() {
+    spec_.default_value = spec_.render(TrainConfig{});
+    return std::move(spec_);
+  }
+
+ private:
+  OptionSpec spec_;
+};
+
+using T = OptionType;
+using C = TrainConfig;
+
+const char* const kModel = "Model";
+const char* const kLora = "LoRA";
+const char* const kOptim = "Optimizer and learning rate";
+const char* const kTraining = "Training";
+const char* const kFlow = "Flow matching";
+const char* const kCkpt = "Gradient checkpointing";
+const char* const kData = "Data and output";
+const char* const kRuntime = "Runtime";
+
+std::vector<OptionSpec> build_registry() {
+  std::vector<OptionSpec> r;
+  const auto add = [&r](Opt o) { r.push_back(o.done()); };
+  // clang-format off
+  // ---- Model ----
+  add(Opt(kModel, "model_family", T::Choice, bind(&C::model_family),
+          "The architecture to train: Flux.1 or MageFlow")
+      .choices({"flux", "mageflow"}));
+  add(Opt(kModel, "model_flavour", T::Choice, bind(&C::model_flavour),
+          "Preset of the model family (number of blocks, widths)")
+      .choices({"flux-dev", "flux-schnell", "flux-tiny", "flux-small",
+                "mageflow-4b", "mageflow-tiny", "mageflow-small"})
+      .nullable()
+      .tooltip("Must belong to model_family. The -tiny and -small presets are small configurations "
+               "for tests and benchmarks.")
+      .default_note("unset (the family's default: flux-dev, mageflow-4b)"));
+  add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind(&C::pretrained_model_name_or_path),
+          "Transformer weights: a .safetensors file with diffusers key names")
+      .nullable()
+      .tooltip("Unset: the transformer is initialised randomly (a warning is logged)."));
+  add(Opt(kModel, "pretrained_transformer_config", T::Path, bind(&C::pretrained_transformer_config),
+          "A transformer config.json (diffusers format) overriding the flavour's shapes")
+      .nullable());
+  add(Opt(kModel, "model_type", T::Choice, bind(&C::model_type),
+          "Train every weight (full) or low-rank adapters (lora)")
+      .choices({"full", "lora"}));
+  // ---- LoRA ----
+  add(Opt(kLora, "lora_rank", T::Int, bind(&C::lora_rank), "Dimension of LoRA update matrices")
+      .min(1).depends("model_type", "lora"));
+  add(Opt(kLora, "lora_alpha", T::Float, bind(&C::lora_alpha),
+          "Scales the LoRA effect: scale = lora_alpha / lora_rank (usually equal to rank)")
+      .min(0, true).nullable().depends("model_type", "lora").default_note("unset (= lora_rank)"));
+  add(Opt(kLora, "flux_lora_target", T::Choice, bind(&C::flux_lora_target),
+          "Which layers to train in Flux models")
+      .choices({"default", "all", "context", "context+ffs", "all+ffs", "all+ffs+embedder",
+                "ai-toolkit", "tiny", "nano"})
+      .depends("model_type", "lora").depends("model_family", "flux")
+      .tooltip("'all' trains all attention layers. 'context' only trains text layers. '+ffs' "
+               "includes feed-forward layers."));
+  // ---- Optimizer and learning rate ----
+  add(Opt(kOptim, "learning_rate", T::Float, bind(&C::learning_rate), "Base learning rate for training")
+      .min(0).max(1)
+      .tooltip("Controls how much model weights change per step. Lower = more stable but slower. "
+               "Typical range: 1e-6 to 1e-4"));
+  // SimpleTuner defaults to adamw_bf16; remat implements plain AdamW only.
+  add(Opt(kOptim, "optimizer", T::Choice, bind(&C::optimizer),
+          "The optimizer (AdamW with decoupled weight decay)")
+      .choices({"adamw"}));
+  add(Opt(kOptim, "adam_beta1", T::Float, bind(&C::adam_beta1),
+          "First moment decay rate for Adam optimizers").min(0).max(1));
+  add(Opt(kOptim, "adam_beta2", T::Float, bind(&C::adam_beta2),
+          "Second moment decay rate for Adam optimizers").min(0).max(1));
+  add(Opt(kOptim, "adam_epsilon", T::Float, bind(&C::adam_epsilon),
+          "Small constant added for numerical stability").min(0));
+  add(Opt(kOptim, "adam_weight_decay", T::Float, bind(&C::adam_weight_decay),
+          "L2 regularisation strength for Adam-family optimizers").min(0));
+  add(Opt(kOptim, "lr_scheduler", T::Choice, bind(&C::lr_scheduler),
+          "How learning rate changes during training")
+      .choices({"constant", "constant_with_warmup", "cosine"})
+      .tooltip("constant with lr_warmup_steps > 0 is treated as constant_with_warmup, as in "
+               "SimpleTuner. cosine decays to 0 at the last step after the warmup."));
+  add(Opt(kOptim, "lr_warmup_steps", T::Int, bind(&C::lr_warmup_steps),
+          "Number of steps to gradually increase LR from 0").min(0));
+  add(Opt(kOptim, "max_grad_norm", T::Float, bind(&C::max_grad_norm),
+          "Gradient clipping threshold to prevent exploding gradients (0 disables clipping)").min(0));
+  // ---- Training ----
+  add(Opt(kTraining, "train_batch_size", T::Int, bind(&C::train_batch_size),
+          "Number of samples processed per forward/backward pass").min(1));
+  add(Opt(kTraining, "gradient_accumulation_steps", T::Int, bind(&C::gradient_accumulation_steps),
+          "Number of steps to accumulate gradients").min(1));
+  add(Opt(kTraining, "max_train_steps", T::Int, bind(&C::max_train_steps),
+          "Maximum number of training steps (0 = use epochs instead)").min(0));
+  add(Opt(kTraining, "num_train_epochs", T::Int, bind(&C::num_train_epochs),
+          "Number of passes over the data when max_train_steps is 0").min(1));
+  add(Opt(kTraining, "seed", T::Int, bind(&C::seed), "Seed used for deterministic training behaviour")
+      .nullable().tooltip("Unset: a random seed, logged at start."));
+  add(Opt(kTraining, "mixed_precision", T::Choice, bind(&C::mixed_precision),
+          "Precision for training computations")
+      .choices({"no", "bf16"})
+      .tooltip("bf16 runs the transformer under bfloat16 autocast with fp32 master weights; no "
+               "trains in fp32."));
+  // ---- Flow matching ----
+  add(Opt(kFlow, "flow_schedule_shift", T::Float, bind(&C::flow_schedule_shift),
+          "Shift the noise schedule for flow-matching models")
+      .min(0)
+      .tooltip("sigma' = shift * sigma / (1 + (shift - 1) * sigma). Higher values train more on "
+               "noisy timesteps (composition); 0 disables the shift."));
+  add(Opt(kFlow, "flow_sigmoid_scale", T::Float, bind(&C::flow_sigmoid_scale),
+          "Scale factor for sigmoid timestep sampling for flow-matching models")
+      .min(0, true)
+      .tooltip("Sigmas are sigmoid(scale * n) with n ~ N(0, 1) (logit-normal) before the shift."));
+  add(Opt(kFlow, "flow_use_uniform_schedule", T::Bool, bind(&C::flow_use_uniform_schedule),
+          "Use uniform schedule instead of sigmoid for flow-matching"));
+  // ---- Gradient checkpointing ----
+  add(Opt(kCkpt, "gradient_checkpointing", T::Bool, bind(&C::gradient_checkpointing),
+          "Trade compute for memory by recomputing activations")
+      .checkpointing()
+      .tooltip("Checkpointed blocks keep only their inputs during the forward pass and run again "
+               "during backward to rebuild the rest."));
+  add(Opt(kCkpt, "gradient_checkpointing_interval", T::Int, bind_interval(),
+          "Checkpoint contiguous chunks of N transformer blocks (leave blank for per-block "
+          "checkpointing)")
+      .min(1).keywords({"auto"}).nullable().checkpointing().depends("gradient_checkpointing", "true")
+      .tooltip("Higher values reduce recompute overhead but keep more activations in memory. Flux "
+               "and MageFlow use contiguous chunked checkpointing on whole-block paths."));
+  add(Opt(kCkpt, "gradient_checkpointing_segment_stride", T::Int,
+          bind(&C::gradient_checkpointing_segment_stride),
+          "Start a checkpointed chunk every N blocks; the blocks between chunks keep their "
+          "activations (leave blank for N = interval)")
+      .min(1).nullable().checkpointing().depends("gradient_checkpointing", "true")
+      .tooltip("Must be at least the interval; needs an interval. With interval 2 and stride 4, "
+               "blocks 0-1 are checkpointed, 2-3 run normally, 4-5 are checkpointed, and so on."));
+  add(Opt(kCkpt, "gradient_checkpointing_backend", T::Choice, bind(&C::gradient_checkpointing_backend),
+          "Backend and scope for gradient checkpointing. torch recomputes activations; unsloth "
+          "offloads the saved block inputs to pinned host memory")
+      .choices({"torch", "unsloth", "torch-ffn", "unsloth-ffn"})
+      .checkpointing().depends("gradient_checkpointing", "true")
+      .tooltip("FFN-only variants (-ffn) checkpoint the feed-forward half of each block and do not "
+               "use contiguous chunks. unsloth needs CUDA: on CPU the saved tensors stay in place."));
+  add(Opt(kCkpt, "gradient_checkpointing_memory_budget", T::Bytes,
+          bind(&C::gradient_checkpointing_memory_budget, /*bytes=*/true),
+          "Activation memory budget for gradient_checkpointing_interval=auto, e.g. 20GiB, 512MiB, "
+          "1.5GB")
+      .min(1).nullable().checkpointing()
+      .depends("gradient_checkpointing", "true").depends("gradient_checkpointing_interval", "auto")
+      .tooltip("The budget planner picks the chunk size and stride so that the predicted "
+               "activation memory fits this budget. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
+               "powers of 1000."));
+  // ---- Data and output ----
+  add(Opt(kData, "instance_data_dir", T::Path, bind(&C::instance_data_dir),
+          "Directory with the training data").nullable());
+  // SimpleTuner's default is "simpletuner-results"; this tool names its own.
+  add(Opt(kData, "output_dir", T::Path, bind(&C::output_dir),
+          "Directory where model checkpoints and logs will be saved"));
+  add(Opt(kData, "checkpointing_steps", T::Int, bind(&C::checkpointing_steps),
+          "Save a training checkpoint every N steps (0: only at the end)")
+      .min(0).alias("checkpoint_step_interval")
+      .tooltip("SimpleTuner's newer name checkpoint_step_interval is accepted too."));
+  add(Opt(kData, "checkpoints_total_limit", T::Int, bind(&C::checkpoints_total_limit),
+          "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0));
+  add(Opt(kData, "resume_from_checkpoint", T::Path, bind(&C::resume_from_checkpoint),
+          "Select checkpoint to resume training from: a checkpoint directory, or latest")
+      .keywords({"latest"}).nullable()
+      .tooltip("latest resumes from the newest checkpoint in output_dir and starts fresh when there "
+               "is none. Leave blank to start from scratch."));
+  // ---- Runtime ----
+  add(Opt(kRuntime, "device", T::Choice, bind(&C::device), "Device to train on")
+      .choices({"auto", "cpu", "cuda"})
+      .tooltip("auto picks cuda when available, else cpu."));
+  add(Opt(kRuntime, "num_threads", T::Int, bind(&C::num_threads),
+          "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0));
+  add(Opt(kRuntime, "report_every", T::Int, bind(&C::report_every),
+          "Log loss, learning rate, step time and peak memory every N steps").min(1));
+  // clang-format on
+  return r;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest_of(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string number_text(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  return render_float(v);
+}
+
+// "an integer >= 1", "a number in [0, 1]", "one of a, b", plus keywords and "unset".
+std::string describe_valid(const OptionSpec& spec) {
+  std::string d;
+  std::string range;
+  if (spec.minimum && spec.maximum) {
+    range = std::string(" in ") + (spec.exclusive_minimum ? "(" : "[") + number_text(*spec.minimum) +
+            ", " + number_text(*spec.maximum) + "]";
+  } else if (spec.minimum) {
+    range = (spec.exclusive_minimum ? " > " : " >= ") + number_text(*spec.minimum);
+  } else if (spec.maximum) {
+    range = " <= " + number_text(*spec.maximum);
+  }
+  switch (spec.type) {
+    case T::Bool: d = "true or false"; break;
+    case T::Int: d = "an integer" + range; break;
+    case T::Float: d = "a number" + range; break;
+    case T::String: d = "a string"; break;
+    case T::Choice: d = "one of " + join(spec.choices, ", "); break;
+    case T::Path: d = "a path"; break;
+    case T::Bytes:
+      d = "a byte size such as 20GiB, 512MiB or 1.5GB";
+      if (spec.minimum) d += " (at least " + number_text(*spec.minimum) + " bytes)";
+      break;
+  }
+  for (const auto& k : spec.keywords) d += " or " + k;
+  if (spec.nullable) d += ", or blank to leave unset";
+  return d;
+}
+
+[[noreturn]] void invalid(const OptionSpec& spec, const std::string& text, const std::string& extra = "") {
+  throw ValidationError(spec.name, text,
+                        "[train] " + spec.name + " must be " + describe_valid(spec) + ", got '" + text +
+                            "'" + extra);
+}
+
+void check_range(const OptionSpec& spec, double v, const std::string& text) {
+  const bool below = spec.minimum && (spec.exclusive_minimum ? v <= *spec.minimum : v < *spec.minimum);
+  const bool above = spec.maximum && v > *spec.maximum;
+  if (below || above) invalid(spec, text);
+}
+
+bool is_unset_word(const std::string& text) {
+  const std::string l = lower(text);
+  return l.empty() || l == "none" || l == "null";
+}
+
+}  // namespace
+
+std::string option_type_name(OptionType type) {
+  switch (type) {
+    case T::Bool: return "bool";
+    case T::Int: return "int";
+    case T::Float: return "float";
+    case T::String: return "string";
+    case T::Choice: return "choice";
+    case T::Path: return "path";
+    case T::Bytes: return "bytes";
+  }
+  return "unknown";
+}
+
+std::string OptionSpec::doc_anchor() const { return "docs/OPTIONS.md#--" + name; }
+
+std::string OptionSpec::signature() const {
+  std::string s = option_type_name(type);
+  if (type == T::Choice) s += ": " + join(choices, "|");
+  if (type == T::Int || type == T::Float) {
+    if (minimum && maximum) {
+      s += std::string(" in ") + (exclusive_minimum ? "(" : "[") + number_text(*minimum) + ", " +
+           number_text(*maximum) + "]";
+    } else if (minimum) {
+      s += (exclusive_minimum ? " > " : " >= ") + number_text(*minimum);
+    }
+  }
+  for (const auto& k : keywords) s += " | " + k;
+  s += ", default ";
+  s += !default_note.empty() ? default_note : default_value ? *default_value : std::string("unset");
+  return s;
+}
+
+const std::vector<OptionSpec>& option_specs() {
+  static const std::vector<OptionSpec> registry = build_registry();
+  return registry;
+}
+
+const std::vector<std::string>& option_sections() {
+  static const std::vector<std::string> sections = [] {
+    std::vector<std::string> out;
+    for (const auto& spec : option_specs()) {
+      if (std::find(out.begin(), out.end(), spec.section) == out.end()) out.push_back(spec.section);
+    }
+    return out;
+  }();
+  return sections;
+}
+
+const OptionSpec* find_option(std::string_view name) {
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  for (const auto& spec : option_specs()) {
+    if (spec.name == name) return &spec;
+    for (const auto& a : spec.aliases) {
+      if (a == name) return &spec;
+    }
+  }
+  return nullptr;
+}
+
+std::string closest_option(std::string_view name) {
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  std::vector<std::string> names;
+  for (const auto& spec : option_specs()) {
+    names.push_back(spec.name);
+    names.insert(names.end(), spec.aliases.begin(), spec.aliases.end());
+  }
+  const std::string best = closest_of(name, names);
+  const OptionSpec* spec = find_option(best);
+  return spec ? spec->name : best;
+}
+
+OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::string>& maybe_text) {
+  if (!maybe_text || (spec.nullable && is_unset_word(*maybe_text))) {
+    if (!spec.nullable) invalid(spec, maybe_text ? *maybe_text : "null");
+    return std::monostate{};
+  }
+  const std::string& text = *maybe_text;
+  for (const auto& k : spec.keywords) {
+    if (lower(text) == k) return k;
+  }
+  switch (spec.type) {
+    case T::Bool: {
+      const std::string l = lower(text);
+      if (l == "true" || l == "1" || l == "yes" || l == "on") return true;
+      if (l == "false" || l == "0" || l == "no" || l == "off") return false;
+      invalid(spec, text);
+    }
+    case T::Int: {
+      errno = 0;
+      char* end = nullptr;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' ||
+          errno == ERANGE) {
+        invalid(spec, text);
+      }
+      check_range(spec, static_cast<double>(v), text);
+      return static_cast<int64_t>(v);
+    }
+    case T::Float: {
+      errno = 0;
+      char* end = nullptr;
+      const double v = std::strtod(text.c_str(), &end);
+      if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' ||
+          !std::isfinite(v)) {
+        invalid(spec, text);
+      }
+      check_range(spec, v, text);
+      return v;
+    }
+    case T::String:
+      return text;
+    case T::Path:
+      if (text.empty()) invalid(spec, text);
+      return text;
+    case T::Choice: {
+      if (std::find(spec.choices.begin(), spec.choices.end(), text) != spec.choices.end()) return text;
+      invalid(spec, text, " (did you mean '" + closest_of(text, spec.choices) + "'?)");
+    }
+    case T::Bytes: {
+      const int64_t v = parse_bytes(text, spec.name);
+      check_range(spec, static_cast<double>(v), text);
+      return v;
+    }
+  }
+  invalid(spec, text);
+}
+
+}  // namespace remat::train

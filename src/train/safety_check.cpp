@@ -1,0 +1,138 @@
+// The gradient-checkpointing safety check, after SimpleTuner's
+// helpers/training/default_settings/safety_check.py (interval and segment-stride rules) and the
+// backend rules of its Flux/MageFlow transformers (MODELS.md §5). Rule numbers refer to the list
+// in safety_check.h.
+#include "remat/train/safety_check.h"
+
+#include <algorithm>
+
+namespace remat::train {
+namespace {
+
+const FamilyCheckpointing* lookup(const std::vector<FamilyCheckpointing>& families, const std::string& family) {
+  for (const auto& f : families) {
+    if (f.family == family) return &f;
+  }
+  return nullptr;
+}
+
+std::string families_with(const std::vector<FamilyCheckpointing>& families,
+                          bool FamilyCheckpointing::*feature) {
+  std::string out;
+  for (const auto& f : families) {
+    if (f.*feature) out += (out.empty() ? "" : ", ") + f.family;
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+const std::vector<FamilyCheckpointing>& checkpointing_support() {
+  // Both transformers segment their whole-block paths (MODELS.md §5.1, §5.2) and split each block
+  // at its feed-forward half for the -ffn backends.
+  static const std::vector<FamilyCheckpointing> table{
+      {"flux", /*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true},
+      {"mageflow", /*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true},
+  };
+  return table;
+}
+
+std::vector<std::string> safety_check(TrainConfig& config, const std::vector<FamilyCheckpointing>& families) {
+  std::vector<std::string> warnings;
+  const FamilyCheckpointing none{config.model_family};
+  const FamilyCheckpointing* found = lookup(families, config.model_family);
+  const FamilyCheckpointing& family = found ? *found : none;
+  auto& interval = config.gradient_checkpointing_interval;
+  auto& stride = config.gradient_checkpointing_segment_stride;
+
+  // 1. Checkpointing off: the layout options are kept but do nothing.
+  if (!config.gradient_checkpointing) {
+    const auto no_effect = [&](const std::string& option, const std::string& value) {
+      warnings.push_back("[train] " + option + "=" + value +
+                         " has no effect because gradient_checkpointing is false");
+    };
+    if (config.gradient_checkpointing_interval_auto) no_effect("gradient_checkpointing_interval", "auto");
+    else if (interval) no_effect("gradient_checkpointing_interval", std::to_string(*interval));
+    if (stride) no_effect("gradient_checkpointing_segment_stride", std::to_string(*stride));
+    if (config.gradient_checkpointing_backend != TrainConfig{}.gradient_checkpointing_backend) {
+      no_effect("gradient_checkpointing_backend", config.gradient_checkpointing_backend);
+    }
+    if (config.gradient_checkpointing_memory_budget) {
+      no_effect("gradient_checkpointing_memory_budget",
+                format_byte_size(*config.gradient_checkpointing_memory_budget));
+    }
+  }
+
+  // 2. Interval: positive; 1 is per-block checkpointing, which is what "unset" means.
+  if (interval && *interval <= 0) {
+    throw ValidationError("gradient_checkpointing_interval", std::to_string(*interval),
+                          "[train] gradient_checkpointing_interval must be an integer >= 1 or auto (leave "
+                          "blank for per-block checkpointing), got " + std::to_string(*interval));
+  }
+  if (interval && *interval == 1) interval.reset();
+
+  // 3. Families without chunked checkpointing drop the interval.
+  if ((interval || config.gradient_checkpointing_interval_auto) && !family.interval) {
+    warnings.push_back("[train] gradient_checkpointing_interval is not supported with " + config.model_family +
+                       " models and is ignored (supported: " +
+                       families_with(families, &FamilyCheckpointing::interval) + ")");
+    interval.reset();
+    config.gradient_checkpointing_interval_auto = false;
+  }
+
+  // 4. Stride.
+  if (stride) {
+    const std::string value = std::to_string(*stride);
+    if (*stride <= 0) {
+      throw ValidationError("gradient_checkpointing_segment_stride", value,
+                            "[train] gradient_checkpointing_segment_stride must be an integer >= 1, got " + value);
+    }
+    if (!family.segment_stride) {
+      warnings.push_back("[train] gradient_checkpointing_segment_stride is not supported with " +
+                         config.model_family + " models and is ignored (supported: " +
+                         families_with(families, &FamilyCheckpointing::segment_stride) + ")");
+      stride.reset();
+    } else if (config.gradient_checkpointing_interval_auto) {
+      warnings.push_back("[train] gradient_checkpointing_segment_stride=" + value +
+                         " is ignored with gradient_checkpointing_interval=auto (the planner picks the stride)");
+      stride.reset();
+    } else if (!interval) {
+      warnings.push_back("[train] gradient_checkpointing_segment_stride=" + value +
+                         " requires gradient_checkpointing_interval greater than 1; ignoring segment stride");
+      stride.reset();
+    } else if (*stride < *interval) {
+      throw ValidationError("gradient_checkpointing_segment_stride", value,
+                            "[train] gradient_checkpointing_segment_stride must be >= "
+                            "gradient_checkpointing_interval (" + std::to_string(*interval) + "), got " + value);
+    }
+  }
+
+  // 5. The -ffn scope needs a block split at its feed-forward half.
+  if (config.checkpoint_ffn_only() && !family.ffn_scope) {
+    throw ValidationError("gradient_checkpointing_backend", config.gradient_checkpointing_backend,
+                          "[train] gradient_checkpointing_backend must be torch or unsloth for " +
+                              config.model_family + " models (the -ffn scope is supported by: " +
+                              families_with(families, &FamilyCheckpointing::ffn_scope) + "), got " +
+                              config.gradient_checkpointing_backend);
+  }
+
+  // 6. Offload moves CUDA tensors only (remat::Backend::Offload).
+  if (config.gradient_checkpointing && config.checkpoint_backend() == Backend::Offload && config.device == "cpu") {
+    warnings.push_back("[train] gradient_checkpointing_backend=" + config.gradient_checkpointing_backend +
+                       " offloads CUDA tensors to pinned host memory; on device cpu the saved tensors "
+                       "stay in place (it behaves like " +
+                       (config.checkpoint_ffn_only() ? std::string("torch-ffn") : std::string("torch")) + ")");
+  }
+
+  // 7. The budget only feeds the auto planner.
+  if (config.gradient_checkpointing && config.gradient_checkpointing_memory_budget &&
+      !config.gradient_checkpointing_interval_auto) {
+    warnings.push_back("[train] gradient_checkpointing_memory_budget=" +
+                       format_byte_size(*config.gradient_checkpointing_memory_budget) +
+                       " is only used with gradient_checkpointing_interval=auto; ignoring it");
+    config.gradient_checkpointing_memory_budget.reset();
+  }
+  return warnings;
+}
+
+}  // namespace remat::train
