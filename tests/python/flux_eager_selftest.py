@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Self-test of bench/flux_eager.py and bench/safetensors_lite.py, without the C++ side.
+"""Self-test of bench/flux_model.py (the model behind bench/flux_eager.py) and bench/safetensors_lite.py, without the C++ side.
 
 Each check compares against an independent computation: gradients without checkpointing, RoPE and
 the timestep embedding from their formulas in float64, the key set from the tables of MODELS.md
@@ -20,7 +20,7 @@ import torch
 SOURCE_DIR = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else
                              os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "bench"))
-import flux_eager as fe  # noqa: E402
+import flux_model as fe  # noqa: E402
 import safetensors_lite  # noqa: E402
 
 TINY = {"num_layers": 2, "num_single_layers": 4, "attention_head_dim": 32, "num_attention_heads": 4,
