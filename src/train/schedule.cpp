@@ -15,6 +15,8 @@
 
 namespace remat::train {
 
+constexpr double kPi = 3.14159265358979323846;
+
 LrScheduler parse_lr_scheduler(const std::string& name) {
   if (name == "constant") return LrScheduler::Constant;
   if (name == "constant_with_warmup") return LrScheduler::ConstantWithWarmup;
@@ -44,7 +46,7 @@ double lr_at_step(const LrSchedule& s, int64_t step) {
   if (s.kind == LrScheduler::ConstantWithWarmup) return s.learning_rate;
   const double progress = static_cast<double>(step - s.warmup_steps) /
                           static_cast<double>(std::max<int64_t>(1, s.total_steps - s.warmup_steps));
-  const double factor = 0.5 * (1.0 + std::cos(M_PI * s.num_cycles * 2.0 * progress));
+  const double factor = 0.5 * (1.0 + std::cos(kPi * s.num_cycles * 2.0 * progress));
   return s.learning_rate * std::max(0.0, factor);
 }
 

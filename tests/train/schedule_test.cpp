@@ -13,13 +13,15 @@
 namespace remat::train {
 namespace {
 
+constexpr double kPi = 3.14159265358979323846;
+
 // diffusers.optimization, written out: warmup ramp, then constant or half-cosine decay.
 double expected_lr(LrScheduler kind, double lr, int64_t warmup, int64_t total, int64_t step) {
   if (kind == LrScheduler::Constant) return lr;
   if (step < warmup) return lr * double(step) / double(warmup);
   if (kind == LrScheduler::ConstantWithWarmup) return lr;
   const double p = double(step - warmup) / double(total - warmup);
-  return lr * std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * p)));
+  return lr * std::max(0.0, 0.5 * (1.0 + std::cos(kPi * p)));
 }
 
 TEST(LrSchedule, MatchesTheClosedForm) {
