@@ -26,16 +26,23 @@ void raise_peak_to(int64_t value) {
   }
 }
 
-// What our deleter needs: the wrapped allocation (freed through its own deleter) and its size.
-struct TrackedAllocation {
-  c10::DataPtr inner;
+// Some LibTorch code (Allocator::raw_allocate, used by MKL-DNN among others) requires that a CPU
+// allocation's context is its data pointer. So the size of each allocation lives in a header just
+// before the data: the wrapped allocator hands out `kHeader + nbytes`, we return base + kHeader
+// (still 64-byte aligned) with ourselves as raw deleter, and the deleter steps back to the header.
+constexpr size_t kHeader = 64;
+
+struct Header {
   int64_t bytes;
 };
 
-void delete_tracked(void* context) {
-  auto* allocation = static_cast<TrackedAllocation*>(context);
-  g_current.fetch_sub(allocation->bytes, std::memory_order_relaxed);
-  delete allocation;  // frees `inner` through the wrapped allocator's deleter
+c10::DeleterFnPtr g_inner_deleter = nullptr;
+
+void delete_tracked(void* data) {
+  if (data == nullptr) return;
+  void* base = static_cast<char*>(data) - kHeader;
+  g_current.fetch_sub(static_cast<Header*>(base)->bytes, std::memory_order_relaxed);
+  g_inner_deleter(base);
 }
 
 class TrackingAllocator final : public c10::Allocator {
@@ -43,21 +50,17 @@ class TrackingAllocator final : public c10::Allocator {
   explicit TrackingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
   c10::DataPtr allocate(size_t nbytes) const override {
-    c10::DataPtr inner = inner_->allocate(nbytes);
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    auto* allocation = new TrackedAllocation{std::move(inner), static_cast<int64_t>(nbytes)};
-    const int64_t now = g_current.fetch_add(allocation->bytes, std::memory_order_relaxed) +
-                        allocation->bytes;
+    void* base = inner_->raw_allocate(nbytes + kHeader);
+    static_cast<Header*>(base)->bytes = static_cast<int64_t>(nbytes);
+    const int64_t now =
+        g_current.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed) +
+        static_cast<int64_t>(nbytes);
     raise_peak_to(now);
-    return {data, allocation, &delete_tracked, device};
+    void* data = static_cast<char*>(base) + kHeader;
+    return {data, data, &delete_tracked, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override {
-    // Tensors made from raw pointers (at::from_blob) do not come through here; there is no raw
-    // deleter because each allocation carries its own context.
-    return nullptr;
-  }
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_tracked; }
 
  private:
   c10::Allocator* inner_;
@@ -70,8 +73,13 @@ std::atomic<bool> g_installed{false};
 
 void install_cpu_tracking() {
   std::call_once(g_install_once, [] {
+    c10::Allocator* inner = c10::GetAllocator(c10::DeviceType::CPU);
+    // The header scheme needs an allocator whose allocations free through one raw deleter; the
+    // CPU allocator of every LibTorch release is one. Without it, tracking stays off.
+    g_inner_deleter = inner->raw_deleter();
+    if (g_inner_deleter == nullptr) return;
     // Leaked on purpose: tensors freed during static destruction still call into it.
-    static auto* tracking = new TrackingAllocator(c10::GetAllocator(c10::DeviceType::CPU));
+    static auto* tracking = new TrackingAllocator(inner);
     // Priority above LibTorch's own registration (0) so it wins over the default.
     c10::SetAllocator(c10::DeviceType::CPU, tracking, /*priority=*/1);
     g_installed = true;

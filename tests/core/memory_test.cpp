@@ -1,0 +1,127 @@
+// remat::memory tracking, and the memory claim of checkpointing: forward keeps only segment
+// boundaries. Peaks are measured with the tracking allocator and compared with an analytical
+// figure derived below from what autograd saves.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/checkpoint.h"
+#include "remat/memory.h"
+
+namespace remat {
+namespace {
+
+TEST(MemoryTracking, CountsLiveTensorBytesAndPeak) {
+  ASSERT_TRUE(memory::cpu_tracking_installed());
+  const int64_t before = memory::current_bytes();
+  memory::reset_peak();
+  {
+    auto a = torch::empty({1000}, torch::kFloat);  // 4000 bytes
+    EXPECT_EQ(memory::current_bytes() - before, 4000);
+    {
+      auto b = torch::empty({250}, torch::kDouble);  // 2000 bytes
+      EXPECT_EQ(memory::current_bytes() - before, 6000);
+    }
+    EXPECT_EQ(memory::current_bytes() - before, 4000);
+  }
+  EXPECT_EQ(memory::current_bytes(), before);
+  EXPECT_EQ(memory::peak_bytes() - before, 6000);
+  memory::reset_peak();
+  EXPECT_EQ(memory::peak_bytes(), memory::current_bytes());
+}
+
+TEST(MemoryTracking, PeakScopeMeasuresTheRegion) {
+  auto keep = torch::empty({1 << 10}, torch::kFloat);
+  memory::PeakScope scope;
+  { auto t = torch::empty({1 << 12}, torch::kFloat); }
+  EXPECT_EQ(scope.peak_delta(), 4 << 12);
+}
+
+TEST(MemoryTracking, CudaFiguresNeedACudaBuild) {
+  if (memory::cuda_statistics_available()) GTEST_SKIP() << "CUDA build: covered by _CUDA tests";
+  EXPECT_THROW(memory::peak_bytes(c10::Device(c10::kCUDA, 0)), c10::Error);
+}
+
+TEST(MemoryTracking, FormatBytes) {
+  EXPECT_EQ(memory::format_bytes(512), "512 B");
+  EXPECT_EQ(memory::format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(memory::format_bytes(int64_t{20} << 30), "20.00 GiB");
+}
+
+// A chain of 8 wide residual MLP blocks: y = x + W2 gelu(W1 x + b1) + b2, x of (T, D), hidden H.
+// What autograd keeps per block when it is not checkpointed (fp32):
+//   W1 x + b1 (the gelu input, T*H), gelu output (the W2 input, T*H), block output y (T*D; the next
+//   block's W1 input). So a = 4*T*H bytes, s = 4*T*D bytes, per block 2a + s.
+// Backward of the last block adds one T*H gradient before it frees the block's saved tensors,
+// and parameter gradients (p bytes per block) accumulate as backward goes.
+struct WideChain {
+  static constexpr int64_t kBlocks = 8, T = 4096, D = 64, H = 1024;
+  std::vector<torch::Tensor> w1, b1, w2, b2;
+  WideChain() {
+    for (int64_t i = 0; i < kBlocks; ++i) {
+      w1.push_back((torch::randn({H, D}) * 0.05).requires_grad_());
+      b1.push_back(torch::zeros({H}).requires_grad_());
+      w2.push_back((torch::randn({D, H}) * 0.05).requires_grad_());
+      b2.push_back(torch::zeros({D}).requires_grad_());
+    }
+  }
+  Tensors block(int64_t i, const Tensors& s) const {
+    auto h = torch::addmm(b1[i], s[0], w1[i].t());
+    return {s[0] + torch::addmm(b2[i], torch::gelu(h, "tanh"), w2[i].t())};
+  }
+  static constexpr double a = 4.0 * T * H, s = 4.0 * T * D;
+  static constexpr double p = 4.0 * (2 * H * D + H + D);
+
+  // Segment size 0 = no checkpointing. Peak above the inputs and parameters, per the analysis:
+  // - no checkpointing: every block's activations, plus the first backward step's gradients
+  //   (one T*H and one T*D) and the last block's parameter gradients;
+  // - segment size k: one kept boundary per segment (the last being the chain's output), plus
+  //   the last segment's activations recomputed, its first backward step's gradients, and the
+  //   parameter gradients of its k blocks. The first segment processed is the worst: later ones
+  //   free more boundary bytes (s) than they add parameter gradients (p < s).
+  static double analytical_peak(int64_t k) {
+    if (k == 0) return kBlocks * (2 * a + s) + a + s + p;
+    const double segments = static_cast<double>((kBlocks + k - 1) / k);
+    return segments * s + k * (2 * a + s) + a + s + k * p;
+  }
+};
+
+int64_t measured_peak(const WideChain& chain, const torch::Tensor& x, int64_t segment_size) {
+  for (auto* group : {&chain.w1, &chain.b1, &chain.w2, &chain.b2}) {
+    for (auto& t : *group) t.mutable_grad().reset();
+  }
+  memory::PeakScope scope;
+  {
+    const RunBlock run = [&](int64_t i, const Tensors& st) { return chain.block(i, st); };
+    Tensors out{x};
+    if (segment_size == 0) {
+      for (int64_t i = 0; i < WideChain::kBlocks; ++i) out = run(i, out);
+    } else {
+      out = checkpoint_sequential_state(WideChain::kBlocks, segment_size, out, run);
+    }
+    out[0].sum().backward();
+  }
+  return scope.peak_delta();
+}
+
+TEST(CheckpointMemory, ForwardKeepsOnlySegmentBoundaries) {
+  torch::manual_seed(0);
+  WideChain chain;
+  auto x = torch::randn({WideChain::T, WideChain::D}).requires_grad_();
+  const int64_t off = measured_peak(chain, x, 0);
+  const int64_t seg1 = measured_peak(chain, x, 1);
+  const int64_t seg2 = measured_peak(chain, x, 2);
+  const int64_t seg4 = measured_peak(chain, x, 4);
+  for (auto [k, measured] : {std::pair<int64_t, int64_t>{0, off}, {1, seg1}, {2, seg2}, {4, seg4}}) {
+    const double predicted = WideChain::analytical_peak(k);
+    const double error = std::abs(measured - predicted) / predicted;
+    std::printf("segment %lld: measured %s, analytical %s (%.1f%%)\n", static_cast<long long>(k),
+                memory::format_bytes(measured).c_str(),
+                memory::format_bytes(static_cast<int64_t>(predicted)).c_str(), 100 * error);
+    EXPECT_LT(error, 0.10) << "segment size " << k;
+  }
+  EXPECT_LT(2 * seg1, off) << "per-block checkpointing must more than halve the peak";
+  EXPECT_LT(seg1, seg4);
+}
+
+}  // namespace
+}  // namespace remat
