@@ -32,7 +32,9 @@ struct BlockCost {
   /// Seconds of the block's backward pass (gradients of its inputs and parameters) [bwd].
   double backward_s = 0.0;
   /// Bytes the block's autograd graph keeps from its forward until its backward, not counting
-  /// its input and output state tensors [A].
+  /// its input and output state tensors [A]. The model takes the output to be kept only by the
+  /// next block and the caller (residual blocks end in an addition, which saves nothing);
+  /// profile_block adds an output the graph keeps to this figure.
   int64_t activation_bytes = 0;
   /// Bytes of the block's input state that its graph keeps until its backward (a linear layer or
   /// norm reading the input saves it): usually boundary_bytes or 0 [R].

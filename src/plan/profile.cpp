@@ -107,6 +107,14 @@ BlockCost measure_once(const SegmentFn& block, const Tensors& state, const c10::
     roots.push_back(t * 1.0);
     root_grads.push_back(at::randn_like(t));
   }
+  // The model assumes a block's graph does not keep its own output (true of residual blocks,
+  // which end in an addition). One that does keeps those bytes until its backward: count them as
+  // activations, which over-predicts by at most output_bytes while the next block holds them too.
+  const int64_t with_output = memory::current_bytes(device);
+  output.clear();
+  const int64_t output_freed = with_output - memory::current_bytes(device);
+  c.activation_bytes +=
+      std::clamp<int64_t>(c.output_bytes - passed_through - output_freed, 0, c.output_bytes);
   if (roots.empty()) return c;
   synchronize(device);
   const int64_t before_backward = memory::current_bytes(device);

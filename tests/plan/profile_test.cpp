@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -143,15 +144,25 @@ TEST_F(MeasuredChain, PredictedPeaksMatchRealSteps) {
   layouts.emplace_back("interval 2 stride 3", remat::layout_from_interval(n, 2, 3));
   layouts.emplace_back("interval 3 stride 5", remat::layout_from_interval(n, 3, 5));
 
+  // Budgets: evenly between the smallest possible peak and the keep-all peak, and the predicted
+  // peak of every layout above (where the planner must do at least as well as that layout).
   const auto keep_peak = remat::predict(chain, remat::layout_keep_all(n)).peak_bytes;
   const auto smallest = remat::plan_layout(chain, 1).min_possible_peak;
   std::vector<int64_t> budgets;
   for (int i = 0; i <= 4; ++i) budgets.push_back(smallest + (keep_peak - smallest) * i / 4);
+  for (const auto& [name, layout] : layouts) budgets.push_back(remat::predict(chain, layout).peak_bytes);
+  std::sort(budgets.begin(), budgets.end());
+  budgets.erase(std::unique(budgets.begin(), budgets.end()), budgets.end());
   std::vector<remat::PlanResult> plans;
   for (int64_t budget : budgets) {
     plans.push_back(remat::plan_layout(chain, budget));
     ASSERT_TRUE(plans.back().fits) << budget;
-    layouts.emplace_back("planned for " + remat::memory::format_bytes(budget), plans.back().layout);
+    layouts.emplace_back("planned for " + std::to_string(budget) + " B", plans.back().layout);
+  }
+  for (size_t i = 0; i + 1 < layouts.size() && layouts[i].first.rfind("planned", 0) != 0; ++i) {
+    const auto prediction = remat::predict(chain, layouts[i].second);
+    const auto plan = remat::plan_layout(chain, prediction.peak_bytes);
+    EXPECT_LE(plan.prediction.step_s, prediction.step_s + 1e-12) << layouts[i].first;
   }
 
   double worst = 0.0, worst_dynamic = 0.0;
@@ -179,11 +190,38 @@ TEST_F(MeasuredChain, PredictedPeaksMatchRealSteps) {
             << "); worst relative to the step's own bytes " << 100.0 * worst_dynamic << "%\n";
 
   for (size_t i = 0; i < plans.size(); ++i) {
-    const std::string name = "planned for " + remat::memory::format_bytes(budgets[i]);
+    const std::string name = "planned for " + std::to_string(budgets[i]) + " B";
     EXPECT_LE(measured.at(name), budgets[i]) << remat::describe_plan(plans[i]);
     EXPECT_GT(plans[i].prediction.step_s, 0.0);
     std::cout << "[ measured ] " << remat::describe_plan(plans[i]) << "\n";
   }
+}
+
+TEST(Profile, CountsWhatTheGraphKeeps) {
+  // tanh(x W^T): the matmul keeps x (for W's gradient), tanh keeps its own result, which is the
+  // block's output; x W^T itself is freed once tanh has run.
+  const auto w = torch::randn({32, 32}).requires_grad_(true);
+  w.mutable_grad() = torch::zeros_like(w);
+  const remat::SegmentFn block = [w](const remat::Tensors& s) {
+    return remat::Tensors{torch::tanh(torch::nn::functional::linear(s[0], w))};
+  };
+  const auto cost = remat::profile_block(block, {torch::randn({64, 32}).requires_grad_(true)}, "tanh");
+  const int64_t state = 64 * 32 * kFloat;
+  EXPECT_EQ(cost.retained_input_bytes, state);
+  EXPECT_EQ(cost.activation_bytes, state);  // the kept output
+  EXPECT_EQ(cost.output_bytes, state);
+  EXPECT_GE(cost.forward_peak_bytes, 2 * state);  // x W^T and its tanh
+
+  // A state tensor without grad (token ids, say) costs bytes but no gradient.
+  const remat::SegmentFn pass = [w](const remat::Tensors& s) {
+    return remat::Tensors{torch::nn::functional::linear(s[0], w), s[1]};
+  };
+  const auto ids = torch::arange(64, torch::kLong);
+  const auto with_ids =
+      remat::profile_block(pass, {torch::randn({64, 32}).requires_grad_(true), ids}, "ids");
+  EXPECT_EQ(with_ids.boundary_bytes, state + 64 * 8);
+  EXPECT_EQ(with_ids.boundary_grad_bytes, state);
+  EXPECT_EQ(with_ids.output_grad_bytes, state);
 }
 
 TEST(Profile, RejectsBadInput) {
