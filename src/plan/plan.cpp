@@ -65,8 +65,30 @@ enum class Promise : uint8_t {
 struct Label {
   int64_t kept;
   double time;
-  int32_t parent;  // index into the label arena, -1 for the empty prefix
+  int32_t parent;  // index into the arena of expanded labels, -1 for the empty prefix
   Segment segment;
+};
+
+// The labels of one key that no other label of the key dominates (smaller or equal K and time),
+// kept as they arrive: sorted by K ascending, so time strictly descending.
+class ParetoFront {
+ public:
+  void insert(const Label& label) {
+    // First label with K > label.kept; the one before it has the smallest time among K <= kept.
+    auto it = std::upper_bound(labels_.begin(), labels_.end(), label.kept,
+                               [](int64_t kept, const Label& l) { return kept < l.kept; });
+    if (it != labels_.begin() && std::prev(it)->time <= label.time) return;  // dominated
+    // Remove the labels it dominates: K >= kept (from the first with K >= kept) and time >= its.
+    auto first = std::lower_bound(labels_.begin(), labels_.end(), label.kept,
+                                  [](const Label& l, int64_t kept) { return l.kept < kept; });
+    auto last = first;
+    while (last != labels_.end() && last->time >= label.time) ++last;
+    labels_.insert(labels_.erase(first, last), label);
+  }
+  const std::vector<Label>& labels() const { return labels_; }
+
+ private:
+  std::vector<Label> labels_;
 };
 
 // All local costs of the segments the planner may use, by (begin, end, mode).
@@ -134,70 +156,53 @@ std::optional<DpResult> solve(const Chain& chain, const SegmentTable& table, int
   const int64_t base_b = base_f + detail::state_bytes(chain, n) + detail::state_grad_bytes(chain, n);
 
   using Key = std::pair<Promise, int64_t>;  // (promise, w)
-  std::vector<Label> arena;
-  std::vector<std::map<Key, std::vector<int32_t>>> at(n + 1);
-  arena.push_back({0, 0.0, -1, {}});
-  at[0][{Promise::NoOffloadYet, 0}].push_back(0);
-
-  const auto pareto = [&arena](std::vector<int32_t>& labels) {
-    std::sort(labels.begin(), labels.end(), [&arena](int32_t a, int32_t b) {
-      return std::tie(arena[a].kept, arena[a].time) < std::tie(arena[b].kept, arena[b].time);
-    });
-    std::vector<int32_t> front;
-    double best_time = std::numeric_limits<double>::infinity();
-    for (int32_t label : labels) {
-      if (arena[label].time < best_time) {
-        front.push_back(label);
-        best_time = arena[label].time;
-      }
-    }
-    labels = std::move(front);
-  };
+  std::vector<Label> arena;  // expanded labels, for reconstructing the best path
+  std::vector<std::map<Key, ParetoFront>> at(n + 1);
+  at[0][{Promise::NoOffloadYet, 0}].insert({0, 0.0, -1, {}});
 
   for (int64_t p = 0; p < n; ++p) {
     const auto [first, last] = table.starting_at(p);
-    for (auto& [key, labels] : at[p]) {
-      pareto(labels);
+    for (const auto& [key, front] : at[p]) {
       const auto [promise, w] = key;
-      for (const auto* entry = first; entry != last; ++entry) {
-        if (entry->moves && promise == Promise::NoneFollow) continue;
-        const bool prefetched_here = entry->moves || promise == Promise::MoreFollow;
-        const int64_t extra = prefetched_here && promise != Promise::NoOffloadYet ? w : 0;
-        const int64_t q = entry->segment.end;
-        std::vector<Key> next_keys;
-        if (entry->moves) {
-          next_keys = {{Promise::MoreFollow, entry->input_bytes},
-                       {Promise::NoneFollow, 0}};
-        } else {
-          next_keys = {key};
-        }
-        for (int32_t label_index : labels) {
-          const Label label = arena[label_index];
+      for (const Label& label : front.labels()) {
+        arena.push_back(label);
+        const auto label_index = static_cast<int32_t>(arena.size() - 1);
+        for (const auto* entry = first; entry != last; ++entry) {
+          if (entry->moves && promise == Promise::NoneFollow) continue;
+          // X of Note [Budget planner]: the prefetched input of the last moved Offload segment.
+          const bool prefetched_here = entry->moves || promise == Promise::MoreFollow;
+          const int64_t extra = prefetched_here && promise != Promise::NoOffloadYet ? w : 0;
           const int64_t forward_peak = base_f + label.kept + entry->cost.forward_peak;
           const int64_t backward_peak = base_b + label.kept + entry->cost.backward_peak + extra;
           if (forward_peak > budget || backward_peak > budget) continue;
-          const double time = minimize_time ? label.time + entry->cost.time_s : 0.0;
-          for (const Key& next : next_keys) {
-            if (q == n && next.first == Promise::MoreFollow) continue;
-            arena.push_back({label.kept + entry->cost.kept, time, label_index, entry->segment});
-            at[q][next].push_back(static_cast<int32_t>(arena.size() - 1));
+          const int64_t q = entry->segment.end;
+          const Label next{label.kept + entry->cost.kept,
+                           minimize_time ? label.time + entry->cost.time_s : 0.0, label_index,
+                           entry->segment};
+          if (!entry->moves) {
+            at[q][key].insert(next);
+            continue;
           }
+          if (q < n) at[q][{Promise::MoreFollow, entry->input_bytes}].insert(next);
+          at[q][{Promise::NoneFollow, 0}].insert(next);
         }
       }
     }
     at[p].clear();
   }
 
-  int32_t best = -1;
-  for (auto& [key, labels] : at[n]) {
-    for (int32_t label : labels) {
-      if (best < 0 || arena[label].time < arena[best].time) best = label;
+  const Label* best = nullptr;
+  for (const auto& [key, front] : at[n]) {
+    if (key.first == Promise::MoreFollow) continue;  // a promised Offload segment never came
+    for (const Label& label : front.labels()) {
+      if (best == nullptr || label.time < best->time) best = &label;
     }
   }
-  if (best < 0) return std::nullopt;
+  if (best == nullptr) return std::nullopt;
   DpResult result;
-  result.time_s = arena[best].time;
-  for (int32_t label = best; arena[label].parent >= 0; label = arena[label].parent) {
+  result.time_s = best->time;
+  result.segments.push_back(best->segment);
+  for (int32_t label = best->parent; arena[label].parent >= 0; label = arena[label].parent) {
     result.segments.push_back(arena[label].segment);
   }
   std::reverse(result.segments.begin(), result.segments.end());
