@@ -63,7 +63,9 @@ struct Chain {
   std::vector<BlockCost> blocks;
   /// Bytes live during the whole step whatever the layout: parameters, their gradients (as after
   /// zero_grad without set_to_none; with set_to_none the prediction is an upper bound by up to
-  /// their size), optimizer state, anything else the caller holds [fixed].
+  /// their size), optimizer state, anything else the caller holds [fixed]. In a trainer, after
+  /// a first step: memory::current_bytes(device) just before a step's forward, less the input
+  /// state (s_0, counted separately).
   int64_t fixed_bytes = 0;
   /// Block indices where a segment must start: no segment may contain both block b-1 and b
   /// (Flux: the double → single stream transition at block 19 of flux-dev). Values in [1, N-1].
