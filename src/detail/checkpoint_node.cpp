@@ -182,6 +182,9 @@ void CheckpointNode::release_variables() {
   released_ = true;
   saved_->release();
   fn_ = nullptr;  // drops whatever the closure captured by value
+  // The node itself lives until the graph is freed (the caller drops the loss), so the RNG
+  // snapshot goes now: otherwise every finished checkpoint would hold it for the rest of backward.
+  rng_ = RngSnapshot();
 }
 
 variable_list CheckpointNode::apply(variable_list&& grads) {
