@@ -243,6 +243,11 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("Sigmas are sigmoid(scale * n) with n ~ N(0, 1) (logit-normal) before the shift."));
   add(Opt(kFlow, "flow_use_uniform_schedule", T::Bool, bind(&C::flow_use_uniform_schedule),
           "Use uniform schedule instead of sigmoid for flow-matching"));
+  add(Opt(kFlow, "flux_guidance_value", T::Float, bind(&C::flux_guidance_value),
+          "Guidance value fed to guidance-distilled Flux models (flux-dev) during training")
+      .min(0)
+      .tooltip("SimpleTuner trains dev with 1.0 (no distilled guidance); ignored by models without "
+               "a guidance embedder (schnell)."));
   // ---- Gradient checkpointing ----
   add(Opt(kCkpt, "gradient_checkpointing", T::Bool, bind(&C::gradient_checkpointing),
           "Trade compute for memory by recomputing activations")

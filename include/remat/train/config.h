@@ -88,6 +88,8 @@ struct TrainConfig {
   double flow_sigmoid_scale = 1.0;
   /// Sample sigmas uniformly in [0, 1) instead of logit-normal.
   bool flow_use_uniform_schedule = false;
+  /// Guidance input of guidance-distilled Flux models (flux-dev) during training.
+  double flux_guidance_value = 1.0;
 
   // ---- gradient checkpointing ----
   bool gradient_checkpointing = true;

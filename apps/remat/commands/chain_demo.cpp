@@ -1,4 +1,4 @@
-// `remat demo`: checkpoints a chain of residual MLP blocks at segment sizes off, 1, 2 and 4 and
+// `remat chain-demo`: checkpoints a chain of residual MLP blocks at segment sizes off, 1, 2 and 4 and
 // prints the tracked peak memory and the median training-step time of each, side by side.
 #include <algorithm>
 #include <chrono>
@@ -31,7 +31,7 @@ struct DemoChain : torch::nn::Module {
 int run_demo(const std::vector<std::string>& args) {
   CLI::App app{"Checkpoint a chain of MLP blocks at segment sizes off/1/2/4; print peak memory "
                "and step time.",
-               "remat demo"};
+               "remat chain-demo"};
   int64_t blocks = 8, width = 256, tokens = 4096, steps = 5;
   int threads = 2;
   app.add_option("--blocks", blocks, "Number of blocks in the chain")->check(CLI::Range(1, 1024))->capture_default_str();
@@ -98,7 +98,7 @@ int run_demo(const std::vector<std::string>& args) {
   return 0;
 }
 
-REMAT_COMMAND("demo", "checkpoint a chain of MLP blocks at segment sizes off/1/2/4 (peak, time)",
+REMAT_COMMAND("chain-demo", "checkpoint a chain of MLP blocks at segment sizes off/1/2/4 (peak, time)",
               run_demo);
 
 }  // namespace

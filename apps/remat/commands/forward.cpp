@@ -1,0 +1,48 @@
+// `remat forward`: the reference forward pass in float32 on named input tensors; writes `sample`.
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "command.h"
+#include "model_options.h"
+#include "remat/io/safetensors.h"
+
+namespace remat::cli {
+namespace {
+
+int run_forward(const std::vector<std::string>& args) {
+  CLI::App app{"Run the forward pass in float32 on inputs named as the reference's arguments and "
+               "write the result as `sample`.",
+               "remat forward"};
+  ModelFlags model;
+  model.add_to(app);
+  std::string weights, inputs_path, output;
+  app.add_option("--weights", weights, "Transformer weights (.safetensors, diffusers key names)")->required();
+  app.add_option("--inputs", inputs_path,
+                 "Input tensors (.safetensors). Flux: hidden_states, encoder_hidden_states, "
+                 "pooled_projections, timestep, img_ids, txt_ids, guidance (dev)")->required();
+  app.add_option("--output", output, "Output .safetensors file (key `sample`)")->required();
+  if (auto code = parse_or_exit(app, args)) return *code;
+
+  auto spec = model.spec();
+  spec.weights = weights;
+  auto transformer = train::make_transformer(spec, at::Device(at::kCPU));
+  transformer->module().eval();
+
+  const auto file = io::SafetensorsFile::open(inputs_path);
+  std::map<std::string, at::Tensor> inputs;
+  for (const auto& name : file.names()) inputs[name] = file.tensor(name);
+  at::Tensor sample;
+  {
+    torch::NoGradGuard no_grad;
+    sample = transformer->forward_named(inputs).to(at::kFloat).contiguous();
+  }
+  io::save_safetensors(output, {{"sample", sample}});
+  std::cout << "wrote " << output << ": sample " << sample.sizes() << "\n";
+  return 0;
+}
+
+REMAT_COMMAND("forward", "run the forward pass on named inputs, write `sample`", run_forward);
+
+}  // namespace
+}  // namespace remat::cli

@@ -1,0 +1,111 @@
+#pragma once
+/// \file
+/// A model family as training and benchmarking see it: build the transformer from a preset or a
+/// config.json, load pretrained weights, configure checkpointing and LoRA, and compute the
+/// flow-matching loss of a batch. The trainer (`remat train`) and the benchmark (`remat bench`)
+/// run exactly this step, so what the benchmark measures is what training does.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "remat/export.h"
+#include "remat/layout.h"
+#include "remat/train/data.h"
+
+namespace remat::train {
+
+/// Flow matching (rectified flow) for one batch, as SimpleTuner trains Flux: with sigma in [0,1]
+/// per sample, x_t = (1 - sigma) x0 + sigma noise, and the model predicts target = noise - x0.
+struct FlowMatchingOptions {
+  double shift = 3.0;            ///< sigma' = shift s / (1 + (shift - 1) s); 0 = no shift
+  double sigmoid_scale = 1.0;    ///< logit-normal sampling scale
+  bool uniform = false;          ///< sample sigma uniformly instead
+  double guidance_value = 1.0;   ///< guidance input for guidance-distilled models (Flux dev)
+};
+
+/// How to build a transformer.
+struct TransformerSpec {
+  std::string family = "flux";              ///< "flux" or "mageflow"
+  std::string preset = "flux-tiny";         ///< a preset of the family
+  std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides preset)
+  std::optional<std::string> weights;       ///< a .safetensors to load strictly
+};
+
+/// The checkpointing settings of a run, SimpleTuner names (see remat/models/checkpointing.h).
+struct CheckpointingSpec {
+  bool enabled = false;
+  std::optional<int64_t> interval;
+  std::optional<int64_t> segment_stride;
+  std::string backend = "torch";
+  /// Explicit layouts, one per block stack (Flux: double, single; MageFlow: one); when set they
+  /// replace interval / stride / backend.
+  std::vector<Layout> layouts;
+};
+
+/// One model family behind a common interface.
+class REMAT_API Transformer {
+ public:
+  virtual ~Transformer() = default;
+
+  virtual std::string family() const = 0;
+  virtual torch::nn::Module& module() = 0;
+
+  /// Block stacks and their lengths, in execution order (Flux: {num_layers, num_single_layers};
+  /// MageFlow: {depth}). The planner treats each stack start as a forced segment boundary.
+  virtual std::vector<int64_t> stack_sizes() const = 0;
+
+  /// Applies checkpointing settings to the model.
+  virtual void configure_checkpointing(const CheckpointingSpec& spec) = 0;
+
+  /// Enables LoRA on the family's target preset; returns the wrapped module names.
+  virtual std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank,
+                                              double alpha) = 0;
+
+  /// Mean-squared flow-matching loss of `batch` (tensors already on the model's device).
+  /// Draws noise and sigmas from `generator` in a fixed order (noise, then sigmas), so a run is
+  /// reproducible from the generator state. Returns a float32 scalar.
+  virtual at::Tensor flow_matching_loss(const Batch& batch, const FlowMatchingOptions& options,
+                                        at::Generator& generator) = 0;
+
+  /// The forward pass on inputs named as the reference's arguments (Flux: hidden_states,
+  /// encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids, [guidance]). Inputs
+  /// are converted to float32. Throws naming every missing or unexpected input, or a non-floating
+  /// dtype; the model names wrong shapes.
+  virtual at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) = 0;
+
+  /// One representative block of each stack with state and context shaped as `batch` makes
+  /// them, for profiling its time and memory (remat/profile.h). The state requires grad, as it
+  /// does inside the chain; the context requires grad when its producers train.
+  struct BlockProbe {
+    std::string kind;      ///< "flux-double", "flux-single", "mageflow-block"
+    RunBlock run;          ///< runs the stack's block 0 (the index argument is ignored)
+    Tensors state;
+  };
+  virtual std::vector<BlockProbe> block_probes(const Batch& batch) = 0;
+
+  /// Trainable parameters with their names (module paths).
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
+};
+
+/// Builds the transformer of `spec` on `device` (float32 weights), loading `spec.weights`
+/// strictly when given. Throws std::invalid_argument / c10::Error naming what is wrong.
+REMAT_API std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec,
+                                                        const at::Device& device);
+
+/// Moves a batch's tensors to `device` as float32.
+REMAT_API Batch batch_to(const Batch& batch, const at::Device& device);
+
+/// x_t and target of flow matching for latents x0, noise and per-sample sigmas (B): sigma is
+/// broadcast over the remaining dimensions. Returns {x_t, target}.
+REMAT_API std::pair<at::Tensor, at::Tensor> flow_matching_pair(const at::Tensor& x0,
+                                                               const at::Tensor& noise,
+                                                               const at::Tensor& sigmas);
+
+}  // namespace remat::train

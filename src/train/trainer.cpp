@@ -1,0 +1,350 @@
+// The training loop of `remat train`. See Note [Exact resume] for what makes 5 steps + resume +
+// 5 steps equal 10 steps bit for bit.
+#include "remat/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "detail/rng_autocast.h"
+#include "remat/io/safetensors.h"
+#include "remat/memory.h"
+#include "remat/models/lora.h"
+#include "remat/train/data.h"
+#include "remat/train/schedule.h"
+#include "remat/train/training_state.h"
+#include "remat/train/transformer.h"
+
+// Note [Exact resume]
+// A run is a deterministic function of (config, seed) when every source of variation is saved:
+//   - the data order is recomputed from (seed, epoch); the checkpoint stores the position;
+//   - noise and sigmas come from the trainer's own CPU generator, saved with the global CPU
+//     generator (dropout, anything else) and, on CUDA, the device generator;
+//   - AdamW's per-parameter state (step count, moments) is saved; the learning rate is a pure
+//     function of the step;
+//   - the trainable weights are saved exactly (float32 bits).
+// Frozen weights are rebuilt from the same seed or pretrained file, so they need no saving.
+
+namespace remat::train {
+namespace fs = std::filesystem;
+namespace {
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
+}
+
+// The mixed-precision region of one forward pass: bf16 autocast on the run's device.
+detail::AutocastSnapshot autocast_for(const TrainConfig& config, const at::Device& device) {
+  detail::AutocastSnapshot s = detail::AutocastSnapshot::capture();
+  if (config.mixed_precision == "bf16") {
+    if (device.is_cuda()) {
+      s.cuda_enabled = true;
+      s.cuda_dtype = at::kBFloat16;
+    } else {
+      s.cpu_enabled = true;
+      s.cpu_dtype = at::kBFloat16;
+    }
+  }
+  return s;
+}
+
+std::vector<io::NamedTensor> generator_states(const at::Generator& noise, const at::Device& device) {
+  std::vector<io::NamedTensor> states;
+  states.emplace_back("noise", noise.get_state());
+  states.emplace_back("cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (device.is_cuda()) {
+    states.emplace_back("cuda", at::globalContext().defaultGenerator(device).get_state());
+  }
+  return states;
+}
+
+void restore_generators(const std::vector<io::NamedTensor>& states, at::Generator& noise,
+                        const at::Device& device) {
+  for (const auto& [name, state] : states) {
+    if (name == "noise") {
+      noise.set_state(state);
+    } else if (name == "cpu") {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    } else if (name == "cuda" && device.is_cuda()) {
+      auto gen = at::globalContext().defaultGenerator(device);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state);
+    }
+  }
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const TrainerHooks& hooks)
+      : config_(config),
+        hooks_(hooks),
+        device_(config.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
+    if (!hooks_.log) hooks_.log = [](const std::string& line) { std::cerr << line << "\n"; };
+  }
+
+  TrainResult run();
+
+ private:
+  void setup();
+  StepRecord train_step(int64_t step);
+  Batch next_batch();
+  std::string save_checkpoint();
+  std::string save_weights();
+  void resume(const std::string& path);
+
+  TrainConfig config_;
+  TrainerHooks hooks_;
+  at::Device device_;
+  int64_t seed_ = 0;
+  std::optional<LatentDataset> data_;
+  std::unique_ptr<Transformer> model_;
+  std::vector<std::pair<std::string, at::Tensor>> trainable_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  LrSchedule schedule_;
+  FlowMatchingOptions flow_;
+  at::Generator noise_generator_;
+  TrainingPosition position_;
+  std::vector<std::vector<int64_t>> epoch_order_;
+  int64_t total_steps_ = 0;
+};
+
+void Trainer::setup() {
+  if (config_.num_threads > 0) torch::set_num_threads(static_cast<int>(config_.num_threads));
+  seed_ = config_.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
+  torch::manual_seed(static_cast<uint64_t>(seed_));
+  noise_generator_ = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) ^ 0x9e3779b97f4a7c15ULL);
+
+  if (!config_.instance_data_dir) {
+    throw ValidationError("instance_data_dir", "",
+                          "[train] instance_data_dir must name a latent-cache directory (one "
+                          ".safetensors per sample; `remat make-demo-data --output DIR` writes one)");
+  }
+  data_ = LatentDataset::open(*config_.instance_data_dir, parse_latent_family(config_.model_family));
+
+  TransformerSpec spec;
+  spec.family = config_.model_family;
+  spec.preset = config_.model_flavour;
+  spec.config_json = config_.pretrained_transformer_config;
+  spec.weights = config_.pretrained_model_name_or_path;
+  model_ = make_transformer(spec, device_);
+  if (config_.model_type == "lora") {
+    const std::string target = config_.model_family == "flux" ? config_.flux_lora_target : "default";
+    const auto wrapped = model_->apply_lora(target, config_.lora_rank, config_.lora_alpha_value());
+    hooks_.log("[train] LoRA rank " + std::to_string(config_.lora_rank) + " on " +
+               std::to_string(wrapped.size()) + " modules (target '" + target + "')");
+  }
+  model_->module().train();
+
+  CheckpointingSpec checkpointing;
+  checkpointing.enabled = config_.gradient_checkpointing;
+  checkpointing.interval = config_.gradient_checkpointing_interval;
+  checkpointing.segment_stride = config_.gradient_checkpointing_segment_stride;
+  checkpointing.backend = config_.gradient_checkpointing_backend;
+  model_->configure_checkpointing(checkpointing);
+
+  trainable_ = model_->trainable_parameters();
+  std::vector<at::Tensor> params;
+  int64_t count = 0;
+  for (const auto& [name, p] : trainable_) {
+    params.push_back(p);
+    count += p.numel();
+  }
+  TORCH_CHECK_VALUE(!params.empty(), "[train] the model has no trainable parameters");
+  hooks_.log("[train] " + std::to_string(count) + " trainable parameters in " +
+             std::to_string(params.size()) + " tensors");
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      params, torch::optim::AdamWOptions(config_.learning_rate)
+                  .betas({config_.adam_beta1, config_.adam_beta2})
+                  .eps(config_.adam_epsilon)
+                  .weight_decay(config_.adam_weight_decay));
+
+  const int64_t batches_per_epoch =
+      static_cast<int64_t>(data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size).size());
+  total_steps_ = config_.max_train_steps > 0
+                     ? config_.max_train_steps
+                     : (config_.num_train_epochs * batches_per_epoch +
+                        config_.gradient_accumulation_steps - 1) /
+                           config_.gradient_accumulation_steps;
+  schedule_ = LrSchedule{parse_lr_scheduler(config_.lr_scheduler), config_.learning_rate,
+                         config_.lr_warmup_steps, std::max<int64_t>(total_steps_, 1)};
+  flow_ = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
+                              config_.flow_use_uniform_schedule, config_.flux_guidance_value};
+
+  if (config_.resume_from_checkpoint) {
+    if (auto path = resolve_resume_path(*config_.resume_from_checkpoint, config_.output_dir)) resume(*path);
+  }
+  epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), position_.epoch, config_.train_batch_size);
+}
+
+void Trainer::resume(const std::string& path) {
+  const TrainingCheckpoint checkpoint = load_training_checkpoint(path);
+  std::map<std::string, at::Tensor> saved(checkpoint.trainable.begin(), checkpoint.trainable.end());
+  std::vector<std::string> missing;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, p] : trainable_) {
+      auto it = saved.find(name);
+      if (it == saved.end() || it->second.sizes() != p.sizes()) {
+        missing.push_back(name);
+        continue;
+      }
+      p.copy_(it->second);
+    }
+  }
+  TORCH_CHECK_VALUE(missing.empty(), "[train] checkpoint ", path, " does not match this model: ",
+                    missing.size(), " trainable tensors missing or of another shape (first: ",
+                    missing.front(), "); resume with the same model_family, flavour and model_type");
+  restore_adamw_state(*optimizer_, trainable_, checkpoint.optimizer);
+  restore_generators(checkpoint.rng, noise_generator_, device_);
+  position_ = checkpoint.position;
+  hooks_.log("[train] resumed from " + path + " at step " + std::to_string(position_.global_step));
+}
+
+Batch Trainer::next_batch() {
+  if (position_.batch_in_epoch >= static_cast<int64_t>(epoch_order_.size())) {
+    ++position_.epoch;
+    position_.batch_in_epoch = 0;
+    epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), position_.epoch, config_.train_batch_size);
+  }
+  return batch_to(data_->get_batch(epoch_order_[position_.batch_in_epoch++]), device_);
+}
+
+StepRecord Trainer::train_step(int64_t step) {
+  const double lr = lr_at_step(schedule_, step - 1);
+  for (auto& group : optimizer_->param_groups()) {
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+  }
+  memory::reset_peak();
+  const auto start = std::chrono::steady_clock::now();
+  double loss_sum = 0;
+  const auto autocast = autocast_for(config_, device_);
+  for (int64_t micro = 0; micro < config_.gradient_accumulation_steps; ++micro) {
+    const Batch batch = next_batch();
+    at::Tensor loss;
+    {
+      detail::AutocastGuard mixed_precision(autocast);
+      loss = model_->flow_matching_loss(batch, flow_, noise_generator_);
+    }
+    (loss / static_cast<double>(config_.gradient_accumulation_steps)).backward();
+    loss_sum += loss.item<double>();
+  }
+  std::vector<at::Tensor> params;
+  for (const auto& [name, p] : trainable_) params.push_back(p);
+  const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : INFINITY;
+  const double grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+  optimizer_->step();
+  for (auto& p : params) p.mutable_grad().reset();  // free gradients between steps
+  StepRecord record;
+  record.step = step;
+  record.loss = loss_sum / static_cast<double>(config_.gradient_accumulation_steps);
+  record.learning_rate = lr;
+  record.grad_norm = grad_norm;
+  record.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record.peak_bytes = memory::peak_bytes(device_);
+  return record;
+}
+
+std::string Trainer::save_checkpoint() {
+  TrainingCheckpoint checkpoint;
+  checkpoint.position = position_;
+  for (const auto& [name, p] : trainable_) checkpoint.trainable.emplace_back(name, p.detach());
+  checkpoint.optimizer = adamw_state(*optimizer_, trainable_);
+  checkpoint.rng = generator_states(noise_generator_, device_);
+  checkpoint.facts = {{"model_family", config_.model_family},
+                      {"model_flavour", config_.model_flavour},
+                      {"model_type", config_.model_type},
+                      {"seed", std::to_string(seed_)}};
+  const std::string path = save_training_checkpoint(config_.output_dir, checkpoint);
+  for (const auto& removed : prune_training_checkpoints(config_.output_dir, config_.checkpoints_total_limit)) {
+    hooks_.log("[train] removed old checkpoint " + removed);
+  }
+  return path;
+}
+
+std::string Trainer::save_weights() {
+  const fs::path dir(config_.output_dir);
+  if (config_.model_type == "lora") {
+    std::vector<io::NamedTensor> entries;
+    for (const auto& [key, tensor] : models::lora_state_dict(model_->module())) {
+      entries.emplace_back(key, tensor.detach());
+    }
+    const nlohmann::json adapter{{"r", config_.lora_rank},
+                                 {"lora_alpha", config_.lora_alpha_value()},
+                                 {"target", config_.model_family == "flux" ? config_.flux_lora_target : "default"}};
+    const std::map<std::string, std::string> metadata{
+        {"format", "pt"},
+        {"lora_rank", std::to_string(config_.lora_rank)},
+        {"lora_alpha", nlohmann::json(config_.lora_alpha_value()).dump()},
+        {"lora_adapter_metadata", adapter.dump()}};
+    const fs::path path = dir / kLoraWeightsFile;
+    io::save_safetensors(path.string(), entries, metadata);
+    return path.string();
+  }
+  const fs::path path = dir / kFullWeightsFile;
+  fs::create_directories(path.parent_path());
+  io::save_module(path.string(), model_->module());
+  return path.string();
+}
+
+TrainResult Trainer::run() {
+  setup();
+  fs::create_directories(config_.output_dir);
+  TrainResult result;
+  const bool resumed = position_.global_step > 0;
+  MetricsWriter metrics((fs::path(config_.output_dir) / kMetricsFile).string(), /*append=*/resumed);
+  ProgressReporter progress(total_steps_, hooks_.progress_is_terminal, stdout, config_.report_every);
+  if (position_.global_step >= total_steps_) {
+    hooks_.log("[train] already at step " + std::to_string(position_.global_step) + " of " +
+               std::to_string(total_steps_) + "; nothing to train");
+  }
+  for (int64_t step = position_.global_step + 1; step <= total_steps_; ++step) {
+    if (hooks_.stop_requested && hooks_.stop_requested->load()) {
+      result.interrupted = true;
+      break;
+    }
+    const StepRecord record = train_step(step);
+    position_.global_step = step;
+    metrics.write(record);
+    progress.update(record);
+    result.records.push_back(record);
+    if (config_.checkpointing_steps > 0 && step % config_.checkpointing_steps == 0) {
+      result.last_checkpoint = save_checkpoint();
+    }
+  }
+  progress.finish();
+  if (result.interrupted) {
+    result.last_checkpoint = save_checkpoint();
+    hooks_.log("[train] interrupted at step " + std::to_string(position_.global_step) +
+               ": saved " + result.last_checkpoint + " (resume with --resume_from_checkpoint=latest)");
+  } else {
+    if (result.last_checkpoint.empty() ||
+        fs::path(result.last_checkpoint).filename() != "checkpoint-" + std::to_string(position_.global_step)) {
+      result.last_checkpoint = save_checkpoint();
+    }
+    result.weights_path = save_weights();
+    hooks_.log("[train] wrote " + result.weights_path);
+  }
+  result.final_step = position_.global_step;
+  result.summary = summarize(result.records);
+  return result;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& config, const TrainerHooks& hooks) {
+  Trainer trainer(config, hooks);
+  return trainer.run();
+}
+
+}  // namespace remat::train

@@ -1,0 +1,221 @@
+// Model families behind remat::train::Transformer. Each adapter owns the family's batch layout
+// (Flux: 2x2-packed latents with position ids; MageFlow: packed variable-length samples).
+#include "remat/train/transformer.h"
+
+#include <algorithm>
+#include <functional>
+
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include "remat/io/safetensors.h"
+#include "remat/models/blocks.h"
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "remat/train/schedule.h"
+
+namespace remat::train {
+namespace {
+
+SigmaSampling sampling_of(const FlowMatchingOptions& options) {
+  return options.uniform ? SigmaSampling::Uniform : SigmaSampling::LogitNormal;
+}
+
+bool any_requires_grad(const torch::nn::Module& module) {
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) return true;
+  }
+  return false;
+}
+
+void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights) {
+  if (!weights) return;
+  io::load_state_dict_into(module, *weights);  // strict: names every missing/unexpected key
+}
+
+// Checks that `inputs` holds exactly `expected` (every name missing or unexpected is listed) with
+// floating dtypes; returns an accessor giving each as float32.
+std::function<at::Tensor(const std::string&)> check_named_inputs(
+    const std::map<std::string, at::Tensor>& inputs, const std::vector<std::string>& expected,
+    const std::string& family) {
+  std::vector<std::string> missing, unexpected;
+  for (const auto& name : expected) {
+    if (inputs.count(name) == 0) missing.push_back(name);
+  }
+  for (const auto& [name, tensor] : inputs) {
+    if (std::find(expected.begin(), expected.end(), name) == expected.end()) unexpected.push_back(name);
+  }
+  const auto join = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (size_t i = 0; i < names.size(); ++i) out += (i ? ", " : "") + names[i];
+    return out;
+  };
+  TORCH_CHECK_VALUE(missing.empty() && unexpected.empty(), "[", family, "] inputs must be exactly {",
+                    join(expected), "}", missing.empty() ? "" : "; missing: " + join(missing),
+                    unexpected.empty() ? "" : "; unexpected: " + join(unexpected));
+  for (const auto& [name, tensor] : inputs) {
+    TORCH_CHECK_VALUE(at::isFloatingType(tensor.scalar_type()), "[", family, "] input ", name,
+                      " must be a floating tensor (F32, F16, BF16, F64), got ", tensor.scalar_type());
+  }
+  return [&inputs](const std::string& name) { return inputs.at(name).to(at::kFloat); };
+}
+
+class FluxTransformer final : public Transformer {
+ public:
+  FluxTransformer(const TransformerSpec& spec, const at::Device& device)
+      : model_(spec.config_json ? models::FluxConfig::from_json(*spec.config_json)
+                                : models::FluxConfig::preset(spec.preset)) {
+    load_weights(*model_, spec.weights);
+    model_->to(device);
+  }
+
+  std::string family() const override { return "flux"; }
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<int64_t> stack_sizes() const override {
+    return {model_->config().num_layers, model_->config().num_single_layers};
+  }
+
+  void configure_checkpointing(const CheckpointingSpec& spec) override {
+    if (!spec.enabled) {
+      model_->disable_gradient_checkpointing();
+      return;
+    }
+    model_->enable_gradient_checkpointing();
+    model_->set_gradient_checkpointing_backend(spec.backend);
+    model_->set_gradient_checkpointing_interval(spec.interval);
+    model_->set_gradient_checkpointing_segment_stride(spec.segment_stride);
+    if (spec.layouts.empty()) {
+      model_->clear_gradient_checkpointing_layout();
+    } else {
+      TORCH_CHECK_VALUE(spec.layouts.size() == 2, "[flux] needs 2 layouts (double, single stack), got ",
+                        spec.layouts.size());
+      model_->set_gradient_checkpointing_layout(spec.layouts[0], spec.layouts[1]);
+    }
+  }
+
+  std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank,
+                                      double alpha) override {
+    return models::apply_lora(*model_, models::lora_target_preset("flux", target_preset), rank, alpha);
+  }
+
+  // Model inputs of a batch: x0 packed (B, N_i, 4C), ids, and the text conditioning.
+  struct Inputs {
+    at::Tensor x0, prompt_embeds, pooled, img_ids, txt_ids;
+  };
+  Inputs inputs_of(const Batch& batch) const {
+    TORCH_CHECK_VALUE(batch.pooled_prompt_embeds.defined(),
+                      "[flux] batches need pooled_prompt_embeds (a Flux latent cache)");
+    const int64_t h = batch.latents.size(2), w = batch.latents.size(3);
+    const auto device = batch.latents.device();
+    return {models::flux_pack_latents(batch.latents), batch.prompt_embeds, batch.pooled_prompt_embeds,
+            models::flux_image_ids(h / 2, w / 2).to(device),
+            models::flux_text_ids(batch.prompt_embeds.size(1)).to(device)};
+  }
+
+  at::Tensor flow_matching_loss(const Batch& batch, const FlowMatchingOptions& options,
+                                at::Generator& generator) override {
+    const Inputs in = inputs_of(batch);
+    const int64_t B = in.x0.size(0);
+    // Noise and sigmas come from the trainer's CPU generator (reproducible on any device).
+    const at::Tensor noise =
+        at::randn(in.x0.sizes(), generator, at::TensorOptions().dtype(at::kFloat)).to(in.x0.device());
+    const at::Tensor sigmas = sample_sigmas(B, sampling_of(options), options.sigmoid_scale,
+                                            options.shift, generator)
+                                  .to(in.x0.device());
+    const auto [x_t, target] = flow_matching_pair(in.x0, noise, sigmas);
+    std::optional<at::Tensor> guidance;
+    if (model_->config().guidance_embeds) {
+      guidance = at::full({B}, options.guidance_value, sigmas.options());
+    }
+    const at::Tensor prediction =
+        model_->forward(x_t, in.prompt_embeds, in.pooled, sigmas, in.img_ids, in.txt_ids, guidance);
+    return at::mse_loss(prediction.to(at::kFloat), target.to(at::kFloat));
+  }
+
+  at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) override {
+    const bool guided = model_->config().guidance_embeds;
+    std::vector<std::string> expected{"hidden_states", "encoder_hidden_states", "pooled_projections",
+                                      "timestep", "img_ids", "txt_ids"};
+    if (guided) expected.push_back("guidance");
+    const auto get = check_named_inputs(inputs, expected, "flux");
+    return model_->forward(get("hidden_states"), get("encoder_hidden_states"),
+                           get("pooled_projections"), get("timestep"), get("img_ids"),
+                           get("txt_ids"), guided ? std::optional<at::Tensor>(get("guidance")) : std::nullopt);
+  }
+
+  std::vector<BlockProbe> block_probes(const Batch& batch) override {
+    const Inputs in = inputs_of(batch);
+    const auto& config = model_->config();
+    const int64_t B = in.x0.size(0), n_img = in.x0.size(1), n_txt = in.prompt_embeds.size(1);
+    const auto options = in.x0.options().dtype(model_->x_embedder->weight.scalar_type());
+    const auto state = [&](int64_t n) {
+      return torch::randn({B, n, config.hidden_size()}, options).requires_grad_(true);
+    };
+    at::Tensor temb = torch::randn({B, config.hidden_size()}, options);
+    if (model_->time_text_embed && any_requires_grad(*model_->time_text_embed)) temb.requires_grad_(true);
+    const models::RotaryTables rope = models::flux_rope_tables(
+        at::cat({in.txt_ids, in.img_ids}, 0), config.axes_dims_rope);
+    std::vector<BlockProbe> probes;
+    if (config.num_layers > 0) {
+      auto block = model_->transformer_blocks.front();
+      probes.push_back({"flux-double",
+                        [block, temb, rope](int64_t, const Tensors& s) -> Tensors {
+                          auto [c, x] = block.ptr()->forward(s[0], s[1], temb, rope, std::nullopt);
+                          return {x, c};
+                        },
+                        {state(n_img), state(n_txt)}});
+    }
+    if (config.num_single_layers > 0) {
+      auto block = model_->single_transformer_blocks.front();
+      probes.push_back({"flux-single",
+                        [block, temb, rope](int64_t, const Tensors& s) -> Tensors {
+                          return {block.ptr()->forward(s[0], temb, rope, std::nullopt)};
+                        },
+                        {state(n_txt + n_img)}});
+    }
+    return probes;
+  }
+
+ private:
+  models::Flux model_;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> Transformer::trainable_parameters() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : module().named_parameters()) {
+    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec, const at::Device& device) {
+  if (spec.family == "flux") return std::make_unique<FluxTransformer>(spec, device);
+  throw std::invalid_argument("[train] model_family must be one of flux, mageflow, got '" +
+                              spec.family + "'");
+}
+
+Batch batch_to(const Batch& batch, const at::Device& device) {
+  Batch out = batch;
+  const auto move = [&](const at::Tensor& t) {
+    return t.defined() ? t.to(device, at::kFloat) : t;
+  };
+  out.latents = move(batch.latents);
+  out.prompt_embeds = move(batch.prompt_embeds);
+  out.pooled_prompt_embeds = move(batch.pooled_prompt_embeds);
+  return out;
+}
+
+std::pair<at::Tensor, at::Tensor> flow_matching_pair(const at::Tensor& x0, const at::Tensor& noise,
+                                                     const at::Tensor& sigmas) {
+  TORCH_CHECK_VALUE(sigmas.dim() == 1 && sigmas.size(0) == x0.size(0),
+                    "[flow matching] sigmas must be (B) with B = ", x0.size(0), ", got shape ",
+                    sigmas.sizes());
+  std::vector<int64_t> shape(x0.dim(), 1);
+  shape[0] = x0.size(0);
+  const at::Tensor s = sigmas.view(shape).to(x0.scalar_type());
+  return {(1 - s) * x0 + s * noise, noise - x0};
+}
+
+}  // namespace remat::train
