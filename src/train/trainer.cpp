@@ -303,7 +303,9 @@ TrainResult Trainer::run() {
   TrainResult result;
   const bool resumed = position_.global_step > 0;
   MetricsWriter metrics((fs::path(config_.output_dir) / kMetricsFile).string(), /*append=*/resumed);
-  ProgressReporter progress(total_steps_, hooks_.progress_is_terminal, stdout, config_.report_every);
+  ProgressReporter progress(total_steps_, hooks_.progress_is_terminal,
+                            hooks_.progress_stream ? hooks_.progress_stream : stdout,
+                            config_.report_every);
   if (position_.global_step >= total_steps_) {
     hooks_.log("[train] already at step " + std::to_string(position_.global_step) + " of " +
                std::to_string(total_steps_) + "; nothing to train");
@@ -318,6 +320,7 @@ TrainResult Trainer::run() {
     metrics.write(record);
     progress.update(record);
     result.records.push_back(record);
+    if (hooks_.on_step) hooks_.on_step(record);
     if (config_.checkpointing_steps > 0 && step % config_.checkpointing_steps == 0) {
       result.last_checkpoint = save_checkpoint();
     }

@@ -4,6 +4,7 @@
 /// segmented activation checkpointing, resumable checkpoints and run reporting.
 
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +24,10 @@ struct TrainerHooks {
   const std::atomic<bool>* stop_requested = nullptr;
   /// Whether to draw a redrawn progress bar (a terminal) or plain log lines.
   bool progress_is_terminal = false;
+  /// Called after every optimizer step (after metrics are written), for UIs and tests.
+  std::function<void(const StepRecord&)> on_step;
+  /// Where the progress display goes. Default: stdout.
+  std::FILE* progress_stream = nullptr;
 };
 
 struct TrainResult {

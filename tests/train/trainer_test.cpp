@@ -1,0 +1,178 @@
+// remat train end to end on the tiny Flux preset: exact resume, learning, outputs, errors.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "remat/io/safetensors.h"
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "remat/train/config.h"
+#include "remat/train/data.h"
+#include "remat/train/trainer.h"
+
+namespace remat::train {
+namespace {
+namespace fs = std::filesystem;
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("remat-trainer-test-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    DemoDatasetOptions options;
+    options.sizes = {{8, 8}};  // 16 packed tokens
+    options.text_tokens = 8;
+    options.joint_attention_dim = 32;  // flux-tiny
+    options.pooled_projection_dim = 16;
+    options.num_captions = 4;
+    make_demo_dataset((root_ / "data").string(), LatentFamily::Flux, 16, 7, options);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // A validated config for flux-tiny on the test data.
+  TrainConfig config(const std::string& output, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"--model_family=flux", "--model_flavour=flux-tiny",
+                                  "--model_type=lora", "--lora_rank=4",
+                                  "--instance_data_dir=" + (root_ / "data").string(),
+                                  "--output_dir=" + (root_ / output).string(),
+                                  "--train_batch_size=2", "--learning_rate=1e-2",
+                                  "--lr_scheduler=constant", "--mixed_precision=no",
+                                  "--gradient_checkpointing_interval=2", "--seed=3",
+                                  "--checkpointing_steps=0", "--resume_from_checkpoint=latest"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<std::string> warnings;
+    return load_train_config(args, warnings);
+  }
+
+  static TrainerHooks quiet_hooks() {
+    TrainerHooks hooks;
+    hooks.log = [](const std::string&) {};
+    hooks.progress_stream = std::fopen("/dev/null", "w");
+    return hooks;
+  }
+
+  static std::map<std::string, at::Tensor> read_all(const std::string& path) {
+    const auto file = io::SafetensorsFile::open(path);
+    std::map<std::string, at::Tensor> out;
+    for (const auto& name : file.names()) out[name] = file.tensor(name);
+    return out;
+  }
+
+  fs::path root_;
+};
+
+// 10 steps in one run equal 5 steps, an interruption (Ctrl-C path), a resume and 5 more, bit for
+// bit, on CPU.
+TEST_F(TrainerTest, ResumeContinuesExactly) {
+  const auto once = run_training(config("once", {"--max_train_steps=10", "--gradient_accumulation_steps=2"}), quiet_hooks());
+  ASSERT_EQ(once.final_step, 10);
+
+  std::atomic<bool> stop{false};
+  auto hooks = quiet_hooks();
+  hooks.stop_requested = &stop;
+  hooks.on_step = [&](const StepRecord& r) {
+    if (r.step == 5) stop = true;
+  };
+  const auto first = run_training(config("split", {"--max_train_steps=10", "--gradient_accumulation_steps=2"}), hooks);
+  EXPECT_TRUE(first.interrupted);
+  EXPECT_EQ(first.final_step, 5);
+  EXPECT_TRUE(first.weights_path.empty());
+  EXPECT_EQ(fs::path(first.last_checkpoint).filename(), "checkpoint-5");
+
+  const auto second = run_training(config("split", {"--max_train_steps=10", "--gradient_accumulation_steps=2"}), quiet_hooks());
+  EXPECT_FALSE(second.interrupted);
+  EXPECT_EQ(second.records.front().step, 6);
+  EXPECT_EQ(second.final_step, 10);
+
+  const auto a = read_all(once.weights_path), b = read_all(second.weights_path);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, tensor] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(torch::equal(tensor, b.at(name))) << name;
+  }
+  for (size_t i = 0; i < second.records.size(); ++i) {
+    EXPECT_EQ(second.records[i].loss, once.records[5 + i].loss) << "step " << 6 + i;
+  }
+  // The resumed run appended to the metrics file: 10 records, steps 1..10.
+  std::ifstream metrics(root_ / "split" / kMetricsFile);
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(metrics, line)) EXPECT_EQ(nlohmann::json::parse(line).at("step").get<int64_t>(), ++step);
+  EXPECT_EQ(step, 10);
+}
+
+TEST_F(TrainerTest, LossFallsOnTheDemoData) {
+  const auto result = run_training(config("learn", {"--max_train_steps=40", "--model_type=full", "--learning_rate=2e-3"}), quiet_hooks());
+  ASSERT_EQ(result.records.size(), 40u);
+  double head = 0, tail = 0;
+  for (int i = 0; i < 10; ++i) {
+    head += result.records[i].loss / 10;
+    tail += result.records[30 + i].loss / 10;
+  }
+  std::printf("loss: first 10 steps %.4f, last 10 steps %.4f\n", head, tail);
+  EXPECT_LT(tail, 0.8 * head);
+}
+
+TEST_F(TrainerTest, LoraFileUsesPeftKeysAndReloads) {
+  const auto result = run_training(config("lora", {"--max_train_steps=3", "--lora_alpha=8"}), quiet_hooks());
+  EXPECT_EQ(fs::path(result.weights_path).filename(), kLoraWeightsFile);
+  const auto file = io::SafetensorsFile::open(result.weights_path);
+  ASSERT_TRUE(file.contains("transformer.transformer_blocks.0.attn.to_q.lora_A.weight"));
+  EXPECT_EQ(file.info("transformer.transformer_blocks.0.attn.to_q.lora_A.weight").shape,
+            (std::vector<int64_t>{4, 64}));
+  EXPECT_EQ(file.info("transformer.transformer_blocks.0.attn.to_q.lora_B.weight").shape,
+            (std::vector<int64_t>{64, 4}));
+  EXPECT_TRUE(file.contains("transformer.single_transformer_blocks.1.attn.to_v.lora_B.weight"));
+  for (const auto& name : file.names()) {
+    EXPECT_EQ(name.rfind("transformer.", 0), 0u) << name;
+    EXPECT_TRUE(name.find(".lora_A.weight") != std::string::npos ||
+                name.find(".lora_B.weight") != std::string::npos) << name;
+  }
+  EXPECT_EQ(file.metadata().at("lora_alpha"), "8.0");
+  EXPECT_EQ(file.metadata().at("lora_rank"), "4");
+
+  // Loading the file into a fresh LoRA model gives back the trained factors, and B moved from 0.
+  torch::manual_seed(99);
+  models::Flux fresh(models::FluxConfig::preset("flux-tiny"));
+  models::apply_lora(*fresh, models::lora_target_preset("flux", "all"), 4, 8.0);
+  io::LoadOptions options;
+  options.strict = false;
+  options.strip_prefix = "transformer.";
+  const auto report = io::load_state_dict_into(*fresh, result.weights_path, options);
+  EXPECT_TRUE(report.unexpected.empty()) << report.describe();
+  EXPECT_EQ(report.loaded.size(), file.names().size());
+  const auto lora = models::lora_state_dict(*fresh);
+  for (const auto& name : file.names()) {
+    EXPECT_TRUE(torch::equal(lora.at(name), file.tensor(name))) << name;
+  }
+  EXPECT_GT(file.tensor("transformer.transformer_blocks.0.attn.to_q.lora_B.weight").abs().max().item<float>(), 0.0f);
+}
+
+TEST_F(TrainerTest, FullFineTuneSavesDiffusersKeys) {
+  const auto result = run_training(config("full", {"--max_train_steps=2", "--model_type=full"}), quiet_hooks());
+  models::Flux fresh(models::FluxConfig::preset("flux-tiny"));
+  const auto report = io::load_state_dict_into(*fresh, result.weights_path);  // strict
+  EXPECT_TRUE(report.ok()) << report.describe();
+  EXPECT_EQ(static_cast<int64_t>(report.loaded.size()),
+            models::state_dict_key_count(models::FluxConfig::preset("flux-tiny")));
+}
+
+TEST_F(TrainerTest, MissingDataDirectoryIsAValidationError) {
+  std::vector<std::string> warnings;
+  auto cfg = load_train_config({"--model_flavour=flux-tiny", "--output_dir=" + (root_ / "x").string()}, warnings);
+  try {
+    run_training(cfg, quiet_hooks());
+    FAIL();
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.option(), "instance_data_dir");
+  }
+}
+
+}  // namespace
+}  // namespace remat::train
