@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "models/model_test_util.h"
 #include "models/reference_ops.h"
@@ -98,6 +99,49 @@ TEST_F(FluxTest, SingleBlockMatchesReferenceFormulas) {
   const auto mlp = ref_gelu(ref_linear(p, "proj_mlp", s_mod));
   const auto ref = s + m[2] * ref_linear(p, "proj_out", torch::cat({attn, mlp}, -1));
   EXPECT_TRUE(close(out, ref, 1e-10, 1e-10));
+}
+
+// float -> bfloat16 -> float, round-to-nearest-even.
+double round_bf16(double v) {
+  float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+TEST_F(FluxTest, TimestepTimes1000InActivationDtype) {
+  Flux model(FluxConfig::preset("flux-tiny"));
+  model->to(torch::kFloat64);
+  randomise(*model);
+  const auto t = torch::tensor({0.123, 0.777}, torch::kFloat64);
+  const auto g = torch::tensor({3.3, 4.1}, torch::kFloat64);
+  const auto pooled = torch::randn({2, 16}, torch::kFloat64);
+  // Activations in bfloat16: t and g are rounded to bfloat16, multiplied by 1000 in bfloat16.
+  const auto temb = model->time_text_embedding(t, g, pooled, torch::kBFloat16);
+  const auto p = params_of(*model);
+  auto sinusoid = [](const at::Tensor& values) {
+    auto out = torch::empty({values.size(0), 256}, torch::kFloat64);
+    for (int64_t b = 0; b < values.size(0); ++b) {
+      const double scaled = round_bf16(round_bf16(values[b].item<double>()) * 1000.0);
+      for (int64_t k = 0; k < 128; ++k) {
+        const double arg = scaled * std::exp(-std::log(10000.0) * k / 128.0);
+        out[b][k] = std::cos(arg);
+        out[b][128 + k] = std::sin(arg);
+      }
+    }
+    return out;
+  };
+  auto mlp = [&](const std::string& name, const at::Tensor& x) {
+    return ref_linear(p, name + ".linear_2", ref_silu(ref_linear(p, name + ".linear_1", x)));
+  };
+  const auto want = mlp("time_text_embed.timestep_embedder", sinusoid(t)) +
+                    mlp("time_text_embed.guidance_embedder", sinusoid(g)) +
+                    mlp("time_text_embed.text_embedder", pooled);
+  EXPECT_TRUE(close(temb, want, 0, 1e-3));
+  // float32 activations keep t unrounded, which moves the embedding measurably.
+  EXPECT_FALSE(close(model->time_text_embedding(t, g, pooled, torch::kFloat32), want, 0, 1e-3));
 }
 
 TEST_F(FluxTest, ParameterCountsOfPublishedModels) {
