@@ -264,8 +264,12 @@ TEST_F(MageFlowModelTest, SkipLayersWithSegments) {
   // Skipped blocks get no gradient; the others do (their image modulation at least).
   for (const auto& [name, grad] : off.param_grads) {
     const bool in_skipped = name.rfind("transformer_blocks.1.", 0) == 0 || name.rfind("transformer_blocks.3.", 0) == 0;
-    if (in_skipped) EXPECT_FALSE(grad.defined()) << name;
-    if (name.find("img_mod.1.weight") != std::string::npos) EXPECT_EQ(grad.defined(), !in_skipped) << name;
+    if (in_skipped) {
+      EXPECT_FALSE(grad.defined()) << name;
+    }
+    if (name.find("img_mod.1.weight") != std::string::npos) {
+      EXPECT_EQ(grad.defined(), !in_skipped) << name;
+    }
   }
   model_->enable_gradient_checkpointing();
   model_->set_gradient_checkpointing_interval(2);
