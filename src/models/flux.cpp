@@ -253,10 +253,9 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   const bool layer_scope = active && !checkpointing_.ffn_scope();
   const bool ffn_scope = active && checkpointing_.ffn_scope();
   const Backend ffn_backend = checkpointing_.base_backend();
-  const std::optional<int64_t> interval = checkpointing_.interval();
   // Which blocks checkpoint their FFN (SimpleTuner's per-block path: k % interval == 0).
-  auto ffn_for = [ffn_scope, ffn_backend, interval](int64_t k) -> std::optional<Backend> {
-    if (ffn_scope && (!interval.has_value() || k % *interval == 0)) return ffn_backend;
+  auto ffn_for = [ffn_scope, ffn_backend, gc = checkpointing_](int64_t k) -> std::optional<Backend> {
+    if (ffn_scope && gc.flux_ffn_block_selected(k)) return ffn_backend;
     return std::nullopt;
   };
 

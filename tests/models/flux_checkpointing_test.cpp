@@ -14,11 +14,15 @@ using test::close;
 using test::RunResult;
 
 struct Mode {
+  Mode(std::string label_in, std::string backend_in, std::optional<int64_t> interval_in = std::nullopt,
+       std::optional<int64_t> stride_in = std::nullopt, bool explicit_layout_in = false)
+      : label(std::move(label_in)), backend(std::move(backend_in)), interval(interval_in),
+        stride(stride_in), explicit_layout(explicit_layout_in) {}
   std::string label;
-  std::string backend = "torch";
+  std::string backend;
   std::optional<int64_t> interval;
   std::optional<int64_t> stride;
-  bool explicit_layout = false;
+  bool explicit_layout;
 };
 
 class FluxCheckpointingTest : public ::testing::Test {
@@ -154,7 +158,9 @@ TEST_F(FluxCheckpointingTest, ControlNetResidualsWithSegments) {
   for (size_t i = 3; i < 8; ++i) {
     const bool used = i != 7;
     ASSERT_EQ(off.input_grads[i].defined(), used) << "residual " << i;
-    if (used) EXPECT_GT(off.input_grads[i].abs().sum().item<double>(), 0.0) << "residual " << i;
+    if (used) {
+      EXPECT_GT(off.input_grads[i].abs().sum().item<double>(), 0.0) << "residual " << i;
+    }
   }
 }
 

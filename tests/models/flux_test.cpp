@@ -4,101 +4,22 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "models/model_test_util.h"
+#include "models/reference_ops.h"
 #include "remat/models/flux.h"
 
 namespace remat::models {
 namespace {
 
 using test::close;
-using torch::indexing::None;
-using torch::indexing::Slice;
+using namespace test::reference;
 
 class FluxTest : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(0); }
 };
-
-// ---- reference math, written from the formulas (no calls into the implementation) ----
-
-at::Tensor ref_linear(const std::map<std::string, at::Tensor>& p, const std::string& name,
-                      const at::Tensor& x) {
-  return x.matmul(p.at(name + ".weight").t()) + p.at(name + ".bias");
-}
-
-at::Tensor ref_ln(const at::Tensor& x) {
-  const auto mean = x.mean(-1, true);
-  const auto var = (x - mean).pow(2).mean(-1, true);
-  return (x - mean) / (var + 1e-6).sqrt();
-}
-
-at::Tensor ref_rms(const at::Tensor& x, const at::Tensor& w) {
-  return x / (x.pow(2).mean(-1, true) + 1e-6).sqrt() * w;
-}
-
-at::Tensor ref_silu(const at::Tensor& x) { return x / (1 + (-x).exp()); }
-
-at::Tensor ref_gelu(const at::Tensor& x) {
-  return 0.5 * x * (1 + (std::sqrt(2.0 / M_PI) * (x + 0.044715 * x.pow(3))).tanh());
-}
-
-// Angles (N, d/2) of the Flux RoPE from ids (N, 3), float64 loops over the formula.
-at::Tensor ref_rope_angles(const at::Tensor& ids, const std::vector<int64_t>& axes) {
-  const int64_t n = ids.size(0);
-  int64_t half = 0;
-  for (auto a : axes) half += a / 2;
-  auto angles = torch::zeros({n, half}, torch::kFloat64);
-  auto acc = angles.accessor<double, 2>();
-  auto id = ids.to(torch::kFloat64).contiguous();
-  auto ida = id.accessor<double, 2>();
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t lane = 0;
-    for (size_t a = 0; a < axes.size(); ++a) {
-      for (int64_t j = 0; j < axes[a] / 2; ++j) {
-        acc[r][lane++] = ida[r][a] * (1.0 / std::pow(10000.0, 2.0 * j / axes[a]));
-      }
-    }
-  }
-  return angles;
-}
-
-// The tables the module receives: each angle's cos/sin rounded to float32, repeated per pair.
-RotaryTables tables_from_angles(const at::Tensor& angles) {
-  return {angles.cos().to(torch::kFloat32).repeat_interleave(2, 1),
-          angles.sin().to(torch::kFloat32).repeat_interleave(2, 1)};
-}
-
-// Rotation of adjacent pairs, x (B, N, H, d), angles (N, d/2); cos/sin rounded to float32 as the
-// tables are.
-at::Tensor ref_rope(const at::Tensor& x, const at::Tensor& angles) {
-  const auto c = angles.cos().to(torch::kFloat32).to(torch::kFloat64).unsqueeze(1);
-  const auto s = angles.sin().to(torch::kFloat32).to(torch::kFloat64).unsqueeze(1);
-  const auto x0 = x.index({"...", Slice(0, None, 2)});
-  const auto x1 = x.index({"...", Slice(1, None, 2)});
-  return torch::stack({x0 * c - x1 * s, x1 * c + x0 * s}, -1).flatten(-2);
-}
-
-// softmax(q k^T / sqrt(d)) v per head; (B, N, H, d) -> (B, N, H*d).
-at::Tensor ref_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const auto qh = q.transpose(1, 2), kh = k.transpose(1, 2), vh = v.transpose(1, 2);
-  auto scores = qh.matmul(kh.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(-1)));
-  scores = (scores - std::get<0>(scores.max(-1, true))).exp();
-  const auto weights = scores / scores.sum(-1, true);
-  return weights.matmul(vh).transpose(1, 2).flatten(-2);
-}
-
-std::map<std::string, at::Tensor> params_of(torch::nn::Module& m) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& item : m.named_parameters()) out[item.key()] = item.value().detach();
-  return out;
-}
-
-// Random weights everywhere (zero-initialised or ones-initialised parameters would hide errors).
-void randomise(torch::nn::Module& m, double scale = 0.2) {
-  torch::NoGradGuard guard;
-  for (auto& p : m.parameters()) p.copy_(torch::randn_like(p) * scale);
-}
 
 TEST_F(FluxTest, DoubleBlockMatchesReferenceFormulas) {
   const int64_t B = 2, Ni = 6, Nt = 3, H = 2, d = 16, D = H * d;
@@ -178,6 +99,49 @@ TEST_F(FluxTest, SingleBlockMatchesReferenceFormulas) {
   const auto mlp = ref_gelu(ref_linear(p, "proj_mlp", s_mod));
   const auto ref = s + m[2] * ref_linear(p, "proj_out", torch::cat({attn, mlp}, -1));
   EXPECT_TRUE(close(out, ref, 1e-10, 1e-10));
+}
+
+// float -> bfloat16 -> float, round-to-nearest-even.
+double round_bf16(double v) {
+  float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+TEST_F(FluxTest, TimestepTimes1000InActivationDtype) {
+  Flux model(FluxConfig::preset("flux-tiny"));
+  model->to(torch::kFloat64);
+  randomise(*model);
+  const auto t = torch::tensor({0.123, 0.777}, torch::kFloat64);
+  const auto g = torch::tensor({3.3, 4.1}, torch::kFloat64);
+  const auto pooled = torch::randn({2, 16}, torch::kFloat64);
+  // Activations in bfloat16: t and g are rounded to bfloat16, multiplied by 1000 in bfloat16.
+  const auto temb = model->time_text_embedding(t, g, pooled, torch::kBFloat16);
+  const auto p = params_of(*model);
+  auto sinusoid = [](const at::Tensor& values) {
+    auto out = torch::empty({values.size(0), 256}, torch::kFloat64);
+    for (int64_t b = 0; b < values.size(0); ++b) {
+      const double scaled = round_bf16(round_bf16(values[b].item<double>()) * 1000.0);
+      for (int64_t k = 0; k < 128; ++k) {
+        const double arg = scaled * std::exp(-std::log(10000.0) * k / 128.0);
+        out[b][k] = std::cos(arg);
+        out[b][128 + k] = std::sin(arg);
+      }
+    }
+    return out;
+  };
+  auto mlp = [&](const std::string& name, const at::Tensor& x) {
+    return ref_linear(p, name + ".linear_2", ref_silu(ref_linear(p, name + ".linear_1", x)));
+  };
+  const auto want = mlp("time_text_embed.timestep_embedder", sinusoid(t)) +
+                    mlp("time_text_embed.guidance_embedder", sinusoid(g)) +
+                    mlp("time_text_embed.text_embedder", pooled);
+  EXPECT_TRUE(close(temb, want, 0, 1e-3));
+  // float32 activations keep t unrounded, which moves the embedding measurably.
+  EXPECT_FALSE(close(model->time_text_embedding(t, g, pooled, torch::kFloat32), want, 0, 1e-3));
 }
 
 TEST_F(FluxTest, ParameterCountsOfPublishedModels) {

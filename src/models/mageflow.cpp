@@ -1,0 +1,336 @@
+#include "remat/models/mageflow.h"
+
+#include <numeric>
+#include <stdexcept>
+
+#include <torch/nn/modules/activation.h>
+#include <torch/torch.h>
+
+#include "models/config_json_impl.h"
+
+namespace remat::models {
+
+namespace {
+
+constexpr const char* kComponent = "MageFlowConfig";
+constexpr double kRopeTheta = 10000.0;
+constexpr int64_t kTimeChannels = 256;
+constexpr int64_t kMlpRatio = 4;
+
+int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
+
+std::vector<int64_t> cu_to_vector(const at::Tensor& cu, const char* name) {
+  TORCH_CHECK_VALUE(cu.dim() == 1 && cu.numel() >= 2 && !at::isFloatingType(cu.scalar_type()),
+                    "[MageFlow] ", name, " must be a 1-D integer tensor of n + 1 >= 2 entries, got ",
+                    cu.scalar_type(), " shape ", cu.sizes());
+  const at::Tensor c = cu.to(at::kCPU, at::kLong).contiguous();
+  std::vector<int64_t> out(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  TORCH_CHECK_VALUE(out[0] == 0, "[MageFlow] ", name, " must start at 0, got ", out[0]);
+  for (size_t i = 1; i < out.size(); ++i) {
+    TORCH_CHECK_VALUE(out[i] >= out[i - 1], "[MageFlow] ", name, " must be non-decreasing, got ",
+                      out[i - 1], " then ", out[i], " at index ", i);
+  }
+  return out;
+}
+
+// Sample index of every token: (cu.back()) int64.
+at::Tensor token_samples(const std::vector<int64_t>& cu, c10::Device device) {
+  const int64_t n = static_cast<int64_t>(cu.size()) - 1;
+  std::vector<int64_t> lengths(n);
+  for (int64_t b = 0; b < n; ++b) lengths[b] = cu[b + 1] - cu[b];
+  const at::Tensor counts = torch::tensor(lengths, at::kLong);
+  return torch::arange(n, at::kLong).repeat_interleave(counts).to(device);
+}
+
+// (n, D) per-sample modulation -> (1, tokens, D) per token (the reference's repeat_interleave).
+at::Tensor per_token(const at::Tensor& m, const at::Tensor& sample_index) {
+  return m.index_select(0, sample_index).unsqueeze(0);
+}
+
+}  // namespace
+
+void MageFlowConfig::validate() const {
+  TORCH_CHECK_VALUE(num_heads >= 1 && hidden_size >= 1 && hidden_size % num_heads == 0,
+                    "[MageFlow] num_heads must divide hidden_size ", hidden_size, ", got ", num_heads);
+  TORCH_CHECK_VALUE(head_dim() % 2 == 0, "[MageFlow] head dim (hidden_size / num_heads) must be even, got ",
+                    head_dim());
+  TORCH_CHECK_VALUE(depth >= 0, "[MageFlow] depth must be >= 0, got ", depth);
+  TORCH_CHECK_VALUE(in_channels >= 1, "[MageFlow] in_channels must be >= 1, got ", in_channels);
+  TORCH_CHECK_VALUE(output_channels() >= 1, "[MageFlow] out_channels must be >= 1, got ", output_channels());
+  TORCH_CHECK_VALUE(context_in_dim >= 1, "[MageFlow] context_in_dim must be >= 1, got ", context_in_dim);
+  TORCH_CHECK_VALUE(patch_size >= 1, "[MageFlow] patch_size must be >= 1, got ", patch_size);
+  TORCH_CHECK_VALUE(axes_dim.size() == 3, "[MageFlow] axes_dim must have 3 entries (frame, height, width), got ",
+                    axes_dim);
+  for (int64_t d : axes_dim) {
+    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[MageFlow] axes_dim entries must be even and >= 2, got ", axes_dim);
+  }
+  const int64_t sum = std::accumulate(axes_dim.begin(), axes_dim.end(), int64_t{0});
+  TORCH_CHECK_VALUE(sum == head_dim(), "[MageFlow] axes_dim must sum to the head dim (", head_dim(),
+                    "), got ", axes_dim);
+}
+
+std::vector<std::string> MageFlowConfig::preset_names() {
+  return {"mageflow-4b", "mageflow-tiny", "mageflow-small"};
+}
+
+MageFlowConfig MageFlowConfig::preset(const std::string& name) {
+  MageFlowConfig config;
+  if (name == "mageflow-4b") return config;
+  if (name == "mageflow-tiny") {
+    config.hidden_size = 64;
+    config.num_heads = 2;
+    config.depth = 2;
+    config.axes_dim = {8, 12, 12};
+    config.context_in_dim = 32;
+    return config;
+  }
+  if (name == "mageflow-small") {
+    config.hidden_size = 128;
+    config.num_heads = 2;
+    config.depth = 6;
+    config.axes_dim = {16, 24, 24};
+    config.context_in_dim = 64;
+    return config;
+  }
+  std::string valid;
+  for (const auto& n : preset_names()) valid += (valid.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("[MageFlowConfig] preset must be one of " + valid + ", got '" + name + "'");
+}
+
+MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
+  const auto j = detail::parse_config_json(json, kComponent);
+  MageFlowConfig config;
+  detail::read_int(j, "hidden_size", config.hidden_size, kComponent);
+  detail::read_int(j, "num_heads", config.num_heads, kComponent);
+  detail::read_int(j, "depth", config.depth, kComponent);
+  detail::read_int_list(j, "axes_dim", config.axes_dim, kComponent);
+  detail::read_int(j, "in_channels", config.in_channels, kComponent);
+  int64_t out = -1;
+  detail::read_int(j, "out_channels", out, kComponent);
+  if (out != -1) config.out_channels = out;
+  detail::read_int(j, "context_in_dim", config.context_in_dim, kComponent);
+  detail::read_int(j, "patch_size", config.patch_size, kComponent);
+  config.validate();
+  return config;
+}
+
+MageFlowConfig MageFlowConfig::from_json_file(const std::string& path) {
+  return from_json_string(detail::read_text_file(path, kComponent));
+}
+
+MageFlowConfig MageFlowConfig::from_json(const std::string& path_or_json) {
+  return detail::looks_like_json(path_or_json) ? from_json_string(path_or_json)
+                                               : from_json_file(path_or_json);
+}
+
+int64_t parameter_count(const MageFlowConfig& config) {
+  config.validate();
+  const int64_t D = config.hidden_size, F = kMlpRatio * D, d = config.head_dim();
+  const int64_t out = config.patch_size * config.patch_size * config.output_channels();
+  const int64_t top = linear_params(config.in_channels, D) + config.context_in_dim +
+                      linear_params(config.context_in_dim, D) + linear_params(kTimeChannels, D) +
+                      linear_params(D, D) + linear_params(D, 2 * D) + linear_params(D, out);
+  const int64_t block = 2 * linear_params(D, 6 * D) + 8 * linear_params(D, D) + 4 * d +
+                        2 * (linear_params(D, F) + linear_params(F, D));
+  return top + config.depth * block;
+}
+
+int64_t state_dict_key_count(const MageFlowConfig& config) {
+  config.validate();
+  return 13 + 32 * config.depth;
+}
+
+RotaryTables mageflow_rope_tables(const std::vector<ImageShape>& img_shapes,
+                                  const std::vector<int64_t>& axes_dim, double theta) {
+  TORCH_CHECK_VALUE(axes_dim.size() == 3, "[msrope] axes_dim must have 3 entries, got ", axes_dim);
+  const auto f32 = torch::TensorOptions().dtype(at::kFloat);
+  std::vector<at::Tensor> inv;
+  for (int64_t dim : axes_dim) {
+    // Vendored MageFlowEmbedRope: inverse frequencies in float32.
+    inv.push_back(1.0 / torch::pow(theta, torch::arange(0, dim, 2, f32) / static_cast<double>(dim)));
+  }
+  std::vector<at::Tensor> angles;
+  for (size_t idx = 0; idx < img_shapes.size(); ++idx) {
+    const auto [frames, h, w] = img_shapes[idx];
+    TORCH_CHECK_VALUE(frames == 1, "[msrope] img_shapes[", idx, "] frames must be 1, got ", frames);
+    TORCH_CHECK_VALUE(h >= 1 && w >= 1, "[msrope] img_shapes[", idx, "] h and w must be >= 1, got ",
+                      h, "x", w);
+    // Centred positions: h = 4 -> -2..1, h = 5 -> -3..1.
+    const at::Tensor rows = torch::arange(h, f32) - static_cast<double>((h + 1) / 2);
+    const at::Tensor cols = torch::arange(w, f32) - static_cast<double>((w + 1) / 2);
+    const at::Tensor frame = torch::full({h * w}, static_cast<double>(idx), f32);
+    const at::Tensor r = rows.unsqueeze(1).expand({h, w}).reshape({h * w});
+    const at::Tensor c = cols.unsqueeze(0).expand({h, w}).reshape({h * w});
+    angles.push_back(at::cat({at::outer(frame, inv[0]), at::outer(r, inv[1]), at::outer(c, inv[2])}, 1));
+  }
+  TORCH_CHECK_VALUE(!angles.empty(), "[msrope] img_shapes must not be empty");
+  const at::Tensor a = at::cat(angles, 0);
+  return {at::cos(a).repeat_interleave(2, 1), at::sin(a).repeat_interleave(2, 1)};
+}
+
+PackedSamples PackedSamples::from_cu_seqlens(const at::Tensor& txt_cu_seqlens,
+                                             const at::Tensor& img_cu_seqlens, c10::Device device) {
+  PackedSamples s;
+  s.txt_cu = cu_to_vector(txt_cu_seqlens, "txt_cu_seqlens");
+  s.img_cu = cu_to_vector(img_cu_seqlens, "img_cu_seqlens");
+  TORCH_CHECK_VALUE(s.txt_cu.size() == s.img_cu.size(),
+                    "[MageFlow] txt_cu_seqlens and img_cu_seqlens must have the same length, got ",
+                    s.txt_cu.size(), " and ", s.img_cu.size());
+  s.txt_sample = token_samples(s.txt_cu, device);
+  s.img_sample = token_samples(s.img_cu, device);
+  return s;
+}
+
+MageFlowTransformerBlockImpl::MageFlowTransformerBlockImpl(int64_t dim, int64_t heads) {
+  img_mod_linear = Linear(dim, 6 * dim);
+  txt_mod_linear = Linear(dim, 6 * dim);
+  img_mod = register_module("img_mod", torch::nn::ModuleList(torch::nn::SiLU(), img_mod_linear));
+  txt_mod = register_module("txt_mod", torch::nn::ModuleList(torch::nn::SiLU(), txt_mod_linear));
+  attn = register_module("attn", Attention(dim, heads, /*context=*/true, /*output=*/true));
+  img_mlp = register_module("img_mlp", FeedForward(dim));
+  txt_mlp = register_module("txt_mlp", FeedForward(dim));
+}
+
+std::pair<at::Tensor, at::Tensor> MageFlowTransformerBlockImpl::forward(
+    const at::Tensor& img_in, const at::Tensor& txt_in, const at::Tensor& temb,
+    const RotaryTables& rope, const PackedSamples& samples, std::optional<Backend> checkpoint_ffn) {
+  // shift1, scale1, gate1, shift2, scale2, gate2, expanded per token: (1, tokens, D).
+  Modulation m = img_mod_linear->forward(at::silu(temb)).chunk(6, -1);
+  Modulation mt = txt_mod_linear->forward(at::silu(temb)).chunk(6, -1);
+  for (auto& t : m) t = per_token(t, samples.img_sample);
+  for (auto& t : mt) t = per_token(t, samples.txt_sample);
+
+  const QKV img = attn->project(modulate(img_in, m[0], m[1]));
+  const QKV txt = attn->project_context(modulate(txt_in, mt[0], mt[1]));
+  const at::Tensor qi = apply_rope(img.q, rope), ki = apply_rope(img.k, rope);  // text unrotated
+
+  // Varlen attention: each sample attends over its own [text; image] tokens only.
+  std::vector<at::Tensor> txt_parts, img_parts;
+  for (int64_t b = 0; b < samples.num_samples(); ++b) {
+    const int64_t t0 = samples.txt_cu[b], nt = samples.txt_cu[b + 1] - t0;
+    const int64_t i0 = samples.img_cu[b], ni = samples.img_cu[b + 1] - i0;
+    if (nt + ni == 0) continue;
+    const at::Tensor q = at::cat({txt.q.narrow(1, t0, nt), qi.narrow(1, i0, ni)}, 1);
+    const at::Tensor k = at::cat({txt.k.narrow(1, t0, nt), ki.narrow(1, i0, ni)}, 1);
+    const at::Tensor v = at::cat({txt.v.narrow(1, t0, nt), img.v.narrow(1, i0, ni)}, 1);
+    const at::Tensor o = attention(q, k, v);
+    txt_parts.push_back(o.narrow(1, 0, nt));
+    img_parts.push_back(o.narrow(1, nt, ni));
+  }
+  const at::Tensor img_attn = attn->to_out_0->forward(at::cat(img_parts, 1));
+  const at::Tensor txt_attn = attn->to_add_out->forward(at::cat(txt_parts, 1));
+  const at::Tensor img_res = img_in + m[2] * img_attn;
+  const at::Tensor txt_res = txt_in + mt[2] * txt_attn;
+
+  // SimpleTuner's MageFlow _ffn_forward, both streams.
+  auto ffn = [this, m, mt](const Tensors& in) -> Tensors {
+    at::Tensor x = in[0] + m[5] * img_mlp->forward(modulate(in[0], m[3], m[4]));
+    at::Tensor c = in[1] + mt[5] * txt_mlp->forward(modulate(in[1], mt[3], mt[4]));
+    return {clip_fp16(x), clip_fp16(c)};
+  };
+  Tensors out;
+  if (checkpoint_ffn.has_value()) {
+    CheckpointOptions options;
+    options.backend = *checkpoint_ffn;
+    out = remat::checkpoint(ffn, {img_res, txt_res}, options);
+  } else {
+    out = ffn({img_res, txt_res});
+  }
+  return {out[1], out[0]};
+}
+
+MageFlowImpl::MageFlowImpl(MageFlowConfig config) : config_(std::move(config)) {
+  config_.validate();
+  const int64_t D = config_.hidden_size;
+  img_in = register_module("img_in", Linear(config_.in_channels, D));
+  txt_norm = register_module("txt_norm", RMSNorm(config_.context_in_dim));
+  txt_in = register_module("txt_in", Linear(config_.context_in_dim, D));
+  time_text_embed = register_module("time_text_embed", std::make_shared<torch::nn::Module>());
+  timestep_embedder = time_text_embed->register_module("timestep_embedder", MlpEmbedder(kTimeChannels, D));
+  auto blocks = register_module("transformer_blocks", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config_.depth; ++i) {
+    transformer_blocks.emplace_back(D, config_.num_heads);
+    blocks->push_back(transformer_blocks.back());
+  }
+  norm_out = register_module("norm_out", AdaLayerNormContinuous(D));
+  proj_out = register_module(
+      "proj_out", Linear(D, config_.patch_size * config_.patch_size * config_.output_channels()));
+}
+
+void MageFlowImpl::set_gradient_checkpointing_layout(const Layout& layout) {
+  validate_layout(layout, layout.num_blocks());
+  if (layout.num_blocks() > config_.depth) {
+    throw std::invalid_argument("[MageFlow] checkpoint layout must cover at most depth = " +
+                                std::to_string(config_.depth) + " blocks, got " +
+                                std::to_string(layout.num_blocks()));
+  }
+  checkpointing_.set_layouts({layout});
+}
+
+at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, const at::Tensor& timesteps,
+                                 const std::vector<ImageShape>& img_shapes,
+                                 const at::Tensor& img_cu_seqlens, const at::Tensor& txt_cu_seqlens,
+                                 const std::vector<int64_t>& skip_layers) {
+  TORCH_CHECK_VALUE(img.dim() == 3 && img.size(0) == 1 && img.size(2) == config_.in_channels,
+                    "[MageFlow] img must be (1, L, ", config_.in_channels, "), got shape ", img.sizes());
+  TORCH_CHECK_VALUE(txt.dim() == 3 && txt.size(0) == 1 && txt.size(2) == config_.context_in_dim,
+                    "[MageFlow] txt must be (1, T, ", config_.context_in_dim, "), got shape ", txt.sizes());
+  const PackedSamples samples = PackedSamples::from_cu_seqlens(txt_cu_seqlens, img_cu_seqlens, img.device());
+  TORCH_CHECK_VALUE(samples.img_cu.back() == img.size(1), "[MageFlow] img_cu_seqlens must end at ",
+                    img.size(1), " (image tokens), got ", samples.img_cu.back());
+  TORCH_CHECK_VALUE(samples.txt_cu.back() == txt.size(1), "[MageFlow] txt_cu_seqlens must end at ",
+                    txt.size(1), " (text tokens), got ", samples.txt_cu.back());
+  TORCH_CHECK_VALUE(timesteps.dim() == 1 && timesteps.size(0) == samples.num_samples(),
+                    "[MageFlow] timesteps must be (", samples.num_samples(), ") (one per sample), got shape ",
+                    timesteps.sizes());
+  int64_t shape_tokens = 0;
+  for (const auto& s : img_shapes) shape_tokens += s[0] * s[1] * s[2];
+  TORCH_CHECK_VALUE(shape_tokens == img.size(1), "[MageFlow] img_shapes must cover ", img.size(1),
+                    " image tokens, got ", shape_tokens);
+  std::vector<bool> skipped(config_.depth, false);
+  for (int64_t k : skip_layers) {
+    TORCH_CHECK_VALUE(k >= 0 && k < config_.depth, "[MageFlow] skip_layers entries must be in [0, ",
+                      config_.depth, "), got ", k);
+    skipped[k] = true;
+  }
+  std::vector<int64_t> active;
+  for (int64_t k = 0; k < config_.depth; ++k) {
+    if (!skipped[k]) active.push_back(k);
+  }
+
+  RotaryTables rope = mageflow_rope_tables(img_shapes, config_.axes_dim, kRopeTheta);
+  rope.cos = rope.cos.to(img.device());
+  rope.sin = rope.sin.to(img.device());
+  at::Tensor x = img_in->forward(img);
+  const auto dtype = x.scalar_type();
+  at::Tensor c = txt_in->forward(txt_norm->forward(txt));
+  const at::Tensor temb =
+      timestep_embedder->forward(mageflow_timestep_projection(timesteps, kTimeChannels).to(dtype));
+
+  const bool active_ckpt = checkpointing_.active(is_training());
+  const bool layer_scope = active_ckpt && !checkpointing_.ffn_scope();
+  // MageFlow's ffn scope checkpoints the FFN of every block; the interval is ignored.
+  const std::optional<Backend> ffn_backend =
+      active_ckpt && checkpointing_.ffn_scope() ? std::optional<Backend>(checkpointing_.base_backend())
+                                                : std::nullopt;
+  const auto blocks = transformer_blocks;
+  const RunBlock run_block = [blocks, active, temb, rope, samples, ffn_backend](
+                                 int64_t p, const Tensors& state) -> Tensors {
+    auto [c_out, x_out] = blocks[active[p]].ptr()->forward(state[1], state[0], temb, rope, samples, ffn_backend);
+    return {c_out, x_out};
+  };
+  Tensors state{c, x};
+  const auto num_active = static_cast<int64_t>(active.size());
+  if (layer_scope) {
+    state = run_layout(checkpointing_.layout_for(0, num_active), state, run_block);
+  } else {
+    for (int64_t p = 0; p < num_active; ++p) state = run_block(p, state);
+  }
+  x = state[1];
+
+  Modulation scale_shift = norm_out->forward(temb, dtype);  // scale first
+  x = modulate(x, per_token(scale_shift[1], samples.img_sample), per_token(scale_shift[0], samples.img_sample));
+  return proj_out->forward(x);
+}
+
+}  // namespace remat::models

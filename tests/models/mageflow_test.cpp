@@ -1,0 +1,306 @@
+// MageFlow: keys and counts, msrope tables, one block against plain-tensor references with
+// per-sample attention, isolation of packed samples, and every checkpoint mode (with skip_layers).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "models/model_test_util.h"
+#include "models/reference_ops.h"
+#include "remat/models/lora.h"
+#include "remat/models/mageflow.h"
+
+namespace remat::models {
+namespace {
+
+using test::close;
+using test::RunResult;
+using namespace test::reference;
+
+class MageFlowTest : public ::testing::Test {
+ protected:
+  void SetUp() override { torch::manual_seed(0); }
+};
+
+// msrope angles (ΣL, d/2) from the §2.4 description, float64 loops.
+at::Tensor ref_msrope_angles(const std::vector<ImageShape>& shapes, const std::vector<int64_t>& axes) {
+  std::vector<double> values;
+  for (size_t idx = 0; idx < shapes.size(); ++idx) {
+    const int64_t h = shapes[idx][1], w = shapes[idx][2];
+    for (int64_t r = 0; r < h; ++r) {
+      for (int64_t c = 0; c < w; ++c) {
+        const double pos[3] = {static_cast<double>(idx), static_cast<double>(r - (h + 1) / 2),
+                               static_cast<double>(c - (w + 1) / 2)};
+        for (int a = 0; a < 3; ++a) {
+          for (int64_t j = 0; j < axes[a] / 2; ++j) {
+            // inv in float32 as the reference computes it.
+            const float inv = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * j / axes[a]));
+            values.push_back(static_cast<float>(pos[a] * inv));
+          }
+        }
+      }
+    }
+  }
+  int64_t half = 0;
+  for (auto a : axes) half += a / 2;
+  return torch::tensor(values, torch::kFloat64).view({-1, half});
+}
+
+TEST_F(MageFlowTest, CountsAndKeys) {
+  EXPECT_EQ(parameter_count(MageFlowConfig::preset("mageflow-4b")), 4115745408LL);
+  EXPECT_EQ(state_dict_key_count(MageFlowConfig::preset("mageflow-4b")), 397);
+  for (const std::string name : {"mageflow-tiny", "mageflow-small"}) {
+    const auto config = MageFlowConfig::preset(name);
+    MageFlow model(config);
+    const auto params = model->named_parameters();
+    int64_t total = 0;
+    for (const auto& item : params) total += item.value().numel();
+    EXPECT_EQ(total, parameter_count(config)) << name;
+    EXPECT_EQ(static_cast<int64_t>(params.size()), 13 + 32 * config.depth) << name;
+  }
+  MageFlow model(MageFlowConfig::preset("mageflow-tiny"));
+  const auto params = model->named_parameters();
+  const int64_t D = 64;
+  const std::map<std::string, std::vector<int64_t>> expected = {
+      {"img_in.weight", {D, 128}},
+      {"txt_norm.weight", {32}},
+      {"txt_in.weight", {D, 32}},
+      {"time_text_embed.timestep_embedder.linear_1.weight", {D, 256}},
+      {"transformer_blocks.0.img_mod.1.weight", {6 * D, D}},
+      {"transformer_blocks.1.txt_mod.1.bias", {6 * D}},
+      {"transformer_blocks.0.attn.to_out.0.weight", {D, D}},
+      {"transformer_blocks.0.attn.add_v_proj.weight", {D, D}},
+      {"transformer_blocks.0.attn.norm_added_q.weight", {32}},
+      {"transformer_blocks.1.img_mlp.net.0.proj.weight", {4 * D, D}},
+      {"transformer_blocks.1.txt_mlp.net.2.weight", {D, 4 * D}},
+      {"norm_out.linear.weight", {2 * D, D}},
+      {"proj_out.weight", {128, D}},
+  };
+  for (const auto& [key, shape] : expected) {
+    const auto* p = params.find(key);
+    ASSERT_NE(p, nullptr) << key;
+    EXPECT_EQ(p->sizes().vec(), shape) << key;
+  }
+  const auto json = R"({"hidden_size": 3072, "num_heads": 24, "depth": 12, "axes_dim": [16, 56, 56],
+    "in_channels": 128, "out_channels": 128, "context_in_dim": 2560, "mlp_ratio": 4.0,
+    "theta": 10000, "qkv_bias": true, "rope_type": "msrope"})";
+  EXPECT_EQ(parameter_count(MageFlowConfig::from_json(json)), 4115745408LL);
+  EXPECT_THROW(MageFlowConfig::preset("mageflow-8b"), std::invalid_argument);
+}
+
+TEST_F(MageFlowTest, MsropeTablesCentredWithFramePerImage) {
+  const std::vector<ImageShape> shapes = {{1, 4, 3}, {1, 5, 2}, {1, 1, 1}};
+  const std::vector<int64_t> axes = {4, 6, 6};
+  const auto tables = mageflow_rope_tables(shapes, axes);
+  const auto angles = ref_msrope_angles(shapes, axes);
+  ASSERT_EQ(tables.cos.sizes(), (std::vector<int64_t>{12 + 10 + 1, 16}));
+  const auto want_cos = angles.to(torch::kFloat32).cos().repeat_interleave(2, 1);
+  const auto want_sin = angles.to(torch::kFloat32).sin().repeat_interleave(2, 1);
+  EXPECT_TRUE(close(tables.cos, want_cos, 1e-6, 1e-6));
+  EXPECT_TRUE(close(tables.sin, want_sin, 1e-6, 1e-6));
+  // Image 0, token 0 (row -2, col -2): frame lanes unrotated; image 1 frame lanes rotated by 1.
+  EXPECT_FLOAT_EQ(tables.cos[0][0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(tables.cos[12][0].item<float>(), static_cast<float>(std::cos(1.0)));
+  // Centre token of image 0 (row 0 = index 2, col 0 = index 1): height and width lanes unrotated.
+  EXPECT_TRUE(torch::equal(tables.cos[2 * 3 + 2].narrow(0, 4, 12), torch::ones({12})));
+  EXPECT_THROW(mageflow_rope_tables({{2, 4, 4}}, axes), c10::Error);
+}
+
+TEST_F(MageFlowTest, BlockMatchesReferenceWithPerSampleAttention) {
+  const int64_t H = 2, d = 16, D = H * d;
+  MageFlowTransformerBlock block(D, H);
+  block->to(torch::kFloat64);
+  randomise(*block);
+  const std::vector<ImageShape> shapes = {{1, 2, 3}, {1, 2, 2}};
+  const std::vector<int64_t> txt_len = {3, 5}, img_len = {6, 4};
+  const auto img = torch::randn({1, 10, D}, torch::kFloat64);
+  const auto txt = torch::randn({1, 8, D}, torch::kFloat64);
+  const auto temb = torch::randn({2, D}, torch::kFloat64);
+  const std::vector<int64_t> axes = {4, 6, 6};
+  const auto angles = ref_msrope_angles(shapes, axes);
+  const auto samples = PackedSamples::from_cu_seqlens(torch::tensor({0, 3, 8}, torch::kInt32),
+                                                      torch::tensor({0, 6, 10}, torch::kInt32), torch::kCPU);
+  const auto [txt_out, img_out] = block->forward(img, txt, temb, tables_from_angles(angles), samples);
+
+  const auto p = params_of(*block);
+  std::vector<at::Tensor> img_ref, txt_ref;
+  int64_t t0 = 0, i0 = 0;
+  for (int b = 0; b < 2; ++b) {
+    const auto x = img.narrow(1, i0, img_len[b]), c = txt.narrow(1, t0, txt_len[b]);
+    const auto e = temb.narrow(0, b, 1);
+    const auto m = ref_linear(p, "img_mod.1", ref_silu(e)).unsqueeze(1).chunk(6, -1);
+    const auto mc = ref_linear(p, "txt_mod.1", ref_silu(e)).unsqueeze(1).chunk(6, -1);
+    const auto x_mod = ref_ln(x) * (1 + m[1]) + m[0];
+    const auto c_mod = ref_ln(c) * (1 + mc[1]) + mc[0];
+    auto heads = [&](const at::Tensor& t) { return t.reshape({1, t.size(1), H, d}); };
+    const auto ang = angles.narrow(0, i0, img_len[b]);
+    const auto q = torch::cat({ref_rms(heads(ref_linear(p, "attn.add_q_proj", c_mod)), p.at("attn.norm_added_q.weight")),
+                               ref_rope(ref_rms(heads(ref_linear(p, "attn.to_q", x_mod)), p.at("attn.norm_q.weight")), ang)}, 1);
+    const auto k = torch::cat({ref_rms(heads(ref_linear(p, "attn.add_k_proj", c_mod)), p.at("attn.norm_added_k.weight")),
+                               ref_rope(ref_rms(heads(ref_linear(p, "attn.to_k", x_mod)), p.at("attn.norm_k.weight")), ang)}, 1);
+    const auto v = torch::cat({heads(ref_linear(p, "attn.add_v_proj", c_mod)), heads(ref_linear(p, "attn.to_v", x_mod))}, 1);
+    const auto o = ref_attention(q, k, v);
+    auto xr = x + m[2] * ref_linear(p, "attn.to_out.0", o.narrow(1, txt_len[b], img_len[b]));
+    auto cr = c + mc[2] * ref_linear(p, "attn.to_add_out", o.narrow(1, 0, txt_len[b]));
+    auto ff = [&](const std::string& name, const at::Tensor& h) {
+      return ref_linear(p, name + ".net.2", ref_gelu(ref_linear(p, name + ".net.0.proj", h)));
+    };
+    xr = xr + m[5] * ff("img_mlp", ref_ln(xr) * (1 + m[4]) + m[3]);
+    cr = cr + mc[5] * ff("txt_mlp", ref_ln(cr) * (1 + mc[4]) + mc[3]);
+    img_ref.push_back(xr);
+    txt_ref.push_back(cr);
+    t0 += txt_len[b];
+    i0 += img_len[b];
+  }
+  EXPECT_TRUE(close(img_out, torch::cat(img_ref, 1), 1e-10, 1e-10));
+  EXPECT_TRUE(close(txt_out, torch::cat(txt_ref, 1), 1e-10, 1e-10));
+}
+
+class MageFlowModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(0);
+    config_ = MageFlowConfig::preset("mageflow-tiny");
+    config_.depth = 5;  // intervals 2 and 3 do not divide it
+    model_ = MageFlow(config_);
+    model_->to(torch::kFloat64);
+    model_->train();
+    // Sample 0: one 3x4 image and 5 text tokens; sample 1: a 2x2 target plus a 2x3 reference and
+    // 4 text tokens.
+    shapes_ = {{1, 3, 4}, {1, 2, 2}, {1, 2, 3}};
+    inputs_ = {torch::randn({1, 22, 128}, torch::kFloat64), torch::randn({1, 9, 32}, torch::kFloat64)};
+    timesteps_ = torch::tensor({0.25, 0.75}, torch::kFloat64);
+    img_cu_ = torch::tensor({0, 12, 22}, torch::kInt32);
+    txt_cu_ = torch::tensor({0, 5, 9}, torch::kInt32);
+    loss_weight_ = torch::randn({1, 22, 128}, torch::kFloat64);
+  }
+
+  at::Tensor forward(const std::vector<at::Tensor>& in, const std::vector<int64_t>& skip = {}) {
+    return model_->forward(in[0], in[1], timesteps_, shapes_, img_cu_, txt_cu_, skip);
+  }
+  RunResult run(const std::vector<int64_t>& skip = {}) {
+    return test::run_with_grads(*model_, inputs_, [&](const auto& in) { return forward(in, skip); },
+                                loss_weight_);
+  }
+
+  MageFlowConfig config_;
+  MageFlow model_{nullptr};
+  std::vector<ImageShape> shapes_;
+  std::vector<at::Tensor> inputs_;
+  at::Tensor timesteps_, img_cu_, txt_cu_, loss_weight_;
+};
+
+constexpr double kRtol = 1e-9, kAtol = 1e-11;
+
+TEST_F(MageFlowModelTest, SamplesDoNotAttendToEachOther) {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const auto out = forward(inputs_);
+  // Change every token and the timestep of sample 1: sample 0's output must not move.
+  auto img2 = inputs_[0].clone(), txt2 = inputs_[1].clone();
+  img2.narrow(1, 12, 10).normal_();
+  txt2.narrow(1, 5, 4).normal_();
+  timesteps_ = torch::tensor({0.25, 0.1}, torch::kFloat64);
+  const auto out2 = forward({img2, txt2});
+  EXPECT_TRUE(close(out2.narrow(1, 0, 12), out.narrow(1, 0, 12), 1e-12, 1e-12));
+  EXPECT_FALSE(close(out2.narrow(1, 12, 10), out.narrow(1, 12, 10), 1e-3, 1e-3));
+  // Sample 0 alone gives the same output as inside the pack (it is first, so its frame index is 0).
+  const auto alone = model_->forward(inputs_[0].narrow(1, 0, 12), inputs_[1].narrow(1, 0, 5),
+                                     timesteps_.narrow(0, 0, 1), {shapes_[0]},
+                                     torch::tensor({0, 12}, torch::kInt32), torch::tensor({0, 5}, torch::kInt32));
+  EXPECT_TRUE(close(alone, out.narrow(1, 0, 12), 1e-12, 1e-12));
+}
+
+TEST_F(MageFlowModelTest, EveryModeMatchesNoCheckpointing) {
+  model_->disable_gradient_checkpointing();
+  const RunResult off = run();
+  ASSERT_TRUE(off.param_grads.at("time_text_embed.timestep_embedder.linear_1.weight").defined());
+  // The last block's text outputs are unused (only image tokens are returned), so its to_add_out
+  // and txt_mlp get no gradient: 6 tensors.
+  int defined = 0;
+  for (const auto& [name, grad] : off.param_grads) defined += grad.defined() ? 1 : 0;
+  EXPECT_EQ(defined, static_cast<int>(off.param_grads.size()) - 6);
+  struct Mode {
+    std::string label, backend;
+    std::optional<int64_t> interval, stride;
+    std::optional<Layout> layout;
+  };
+  const std::vector<Mode> modes = {
+      {"per-block", "torch", std::nullopt, std::nullopt, std::nullopt},
+      {"interval 2", "torch", 2, std::nullopt, std::nullopt},
+      {"interval 3", "torch", 3, std::nullopt, std::nullopt},
+      {"interval 2 stride 3", "torch", 2, 3, std::nullopt},
+      {"torch-ffn", "torch-ffn", 2, std::nullopt, std::nullopt},
+      {"unsloth", "unsloth", std::nullopt, std::nullopt, std::nullopt},
+      {"unsloth-ffn", "unsloth-ffn", std::nullopt, std::nullopt, std::nullopt},
+      {"explicit layout", "torch", std::nullopt, std::nullopt,
+       Layout{{{0, 1, BlockMode::Keep}, {1, 4, BlockMode::Recompute}, {4, 5, BlockMode::Offload}}}},
+  };
+  for (const auto& mode : modes) {
+    SCOPED_TRACE(mode.label);
+    model_->enable_gradient_checkpointing();
+    model_->set_gradient_checkpointing_backend(mode.backend);
+    model_->set_gradient_checkpointing_interval(mode.interval);
+    model_->set_gradient_checkpointing_segment_stride(mode.stride);
+    model_->clear_gradient_checkpointing_layout();
+    if (mode.layout) model_->set_gradient_checkpointing_layout(*mode.layout);
+    const RunResult got = run();
+    const int compared = test::expect_same_run(got, off, kRtol, kAtol, mode.label);
+    EXPECT_EQ(compared, defined + static_cast<int>(inputs_.size()));
+    EXPECT_LT(got.retained_bytes, off.retained_bytes) << mode.label;
+  }
+  // Eval mode: plain path, same output.
+  model_->eval();
+  const RunResult eval = run();
+  EXPECT_TRUE(close(eval.output, off.output, kRtol, kAtol));
+  EXPECT_EQ(eval.retained_bytes, off.retained_bytes);
+}
+
+TEST_F(MageFlowModelTest, SkipLayersWithSegments) {
+  const std::vector<int64_t> skip = {1, 3};
+  model_->disable_gradient_checkpointing();
+  const RunResult off = run(skip);
+  EXPECT_FALSE(close(off.output, run().output, 1e-3, 1e-3)) << "skip_layers had no effect";
+  // Skipped blocks get no gradient; the others do (their image modulation at least).
+  for (const auto& [name, grad] : off.param_grads) {
+    const bool in_skipped = name.rfind("transformer_blocks.1.", 0) == 0 || name.rfind("transformer_blocks.3.", 0) == 0;
+    if (in_skipped) {
+      EXPECT_FALSE(grad.defined()) << name;
+    }
+    if (name.find("img_mod.1.weight") != std::string::npos) {
+      EXPECT_EQ(grad.defined(), !in_skipped) << name;
+    }
+  }
+  model_->enable_gradient_checkpointing();
+  model_->set_gradient_checkpointing_interval(2);
+  const RunResult got = run(skip);
+  test::expect_same_run(got, off, kRtol, kAtol, "skip_layers interval 2");
+  EXPECT_LT(got.retained_bytes, off.retained_bytes);
+  // An explicit layout must cover the blocks that run (3 here).
+  model_->set_gradient_checkpointing_layout(layout_from_interval(3, 2));
+  test::expect_same_run(run(skip), off, kRtol, kAtol, "skip_layers explicit layout");
+  EXPECT_THROW(run(), std::invalid_argument);
+}
+
+TEST_F(MageFlowModelTest, LoraDefaultTargetsAndInputErrors) {
+  const auto names = apply_lora(*model_, lora_target_preset("mageflow", "default"), 2, 2.0);
+  EXPECT_EQ(names.size(), static_cast<size_t>(8 * config_.depth));
+  EXPECT_NE(lora_state_dict(*model_).count("transformer.transformer_blocks.0.attn.add_q_proj.lora_A.weight"), 0u);
+  try {
+    model_->forward(inputs_[0], inputs_[1], timesteps_, shapes_, torch::tensor({0, 12, 21}, torch::kInt32), txt_cu_);
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("img_cu_seqlens"), std::string::npos) << e.what();
+  }
+  try {
+    model_->forward(inputs_[0], inputs_[1], timesteps_, shapes_, img_cu_, txt_cu_, {7});
+    ADD_FAILURE() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("skip_layers"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(model_->forward(inputs_[0], inputs_[1], timesteps_.narrow(0, 0, 1), shapes_, img_cu_, txt_cu_),
+               c10::Error);
+}
+
+}  // namespace
+}  // namespace remat::models
