@@ -12,6 +12,7 @@
 #include "remat/models/blocks.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
+#include "remat/models/mageflow.h"
 #include "remat/train/schedule.h"
 
 namespace remat::train {
@@ -37,7 +38,7 @@ void load_weights(torch::nn::Module& module, const std::optional<std::string>& w
 // floating dtypes; returns an accessor giving each as float32.
 std::function<at::Tensor(const std::string&)> check_named_inputs(
     const std::map<std::string, at::Tensor>& inputs, const std::vector<std::string>& expected,
-    const std::string& family) {
+    const std::string& family, const std::vector<std::string>& integer_inputs = {}) {
   std::vector<std::string> missing, unexpected;
   for (const auto& name : expected) {
     if (inputs.count(name) == 0) missing.push_back(name);
@@ -54,10 +55,20 @@ std::function<at::Tensor(const std::string&)> check_named_inputs(
                     join(expected), "}", missing.empty() ? "" : "; missing: " + join(missing),
                     unexpected.empty() ? "" : "; unexpected: " + join(unexpected));
   for (const auto& [name, tensor] : inputs) {
-    TORCH_CHECK_VALUE(at::isFloatingType(tensor.scalar_type()), "[", family, "] input ", name,
-                      " must be a floating tensor (F32, F16, BF16, F64), got ", tensor.scalar_type());
+    const bool integer = std::find(integer_inputs.begin(), integer_inputs.end(), name) != integer_inputs.end();
+    if (integer) {
+      TORCH_CHECK_VALUE(at::isIntegralType(tensor.scalar_type(), /*includeBool=*/false), "[", family,
+                        "] input ", name, " must be an integer tensor (I32, I64), got ",
+                        tensor.scalar_type());
+    } else {
+      TORCH_CHECK_VALUE(at::isFloatingType(tensor.scalar_type()), "[", family, "] input ", name,
+                        " must be a floating tensor (F32, F16, BF16, F64), got ", tensor.scalar_type());
+    }
   }
-  return [&inputs](const std::string& name) { return inputs.at(name).to(at::kFloat); };
+  return [&inputs, integer_inputs](const std::string& name) {
+    const bool integer = std::find(integer_inputs.begin(), integer_inputs.end(), name) != integer_inputs.end();
+    return integer ? inputs.at(name) : inputs.at(name).to(at::kFloat);
+  };
 }
 
 class FluxTransformer final : public Transformer {
@@ -180,6 +191,125 @@ class FluxTransformer final : public Transformer {
   models::Flux model_;
 };
 
+
+// MageFlow trains on packed batches: the B samples of a batch are concatenated along the token
+// axis (batch dimension 1), delimited by cu_seqlens; attention stays within each sample.
+class MageFlowTransformer final : public Transformer {
+ public:
+  MageFlowTransformer(const TransformerSpec& spec, const at::Device& device)
+      : model_(spec.config_json ? models::MageFlowConfig::from_json(*spec.config_json)
+                                : models::MageFlowConfig::preset(spec.preset)) {
+    load_weights(*model_, spec.weights);
+    model_->to(device);
+  }
+
+  std::string family() const override { return "mageflow"; }
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<int64_t> stack_sizes() const override { return {model_->config().depth}; }
+
+  void configure_checkpointing(const CheckpointingSpec& spec) override {
+    if (!spec.enabled) {
+      model_->disable_gradient_checkpointing();
+      return;
+    }
+    model_->enable_gradient_checkpointing();
+    model_->set_gradient_checkpointing_backend(spec.backend);
+    model_->set_gradient_checkpointing_interval(spec.interval);
+    model_->set_gradient_checkpointing_segment_stride(spec.segment_stride);
+    if (spec.layouts.empty()) {
+      model_->clear_gradient_checkpointing_layout();
+    } else {
+      TORCH_CHECK_VALUE(spec.layouts.size() == 1, "[mageflow] needs 1 layout, got ", spec.layouts.size());
+      model_->set_gradient_checkpointing_layout(spec.layouts[0]);
+    }
+  }
+
+  std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank,
+                                      double alpha) override {
+    return models::apply_lora(*model_, models::lora_target_preset("mageflow", target_preset), rank, alpha);
+  }
+
+  struct Packed {
+    at::Tensor x0, txt, img_cu, txt_cu;  // x0 (1, B*H*W, C), txt (1, B*L, D)
+    std::vector<models::ImageShape> shapes;
+  };
+  static Packed pack(const Batch& batch) {
+    const int64_t B = batch.latents.size(0), C = batch.latents.size(1);
+    const int64_t h = batch.latents.size(2), w = batch.latents.size(3), L = batch.prompt_embeds.size(1);
+    Packed p;
+    // Per sample (C, h, w) -> (h*w, C), row-major tokens, samples back to back.
+    p.x0 = batch.latents.permute({0, 2, 3, 1}).reshape({1, B * h * w, C});
+    p.txt = batch.prompt_embeds.reshape({1, B * L, batch.prompt_embeds.size(2)});
+    const auto int_options = at::TensorOptions().dtype(at::kInt);
+    p.img_cu = at::arange(0, (B + 1) * h * w, h * w, int_options);
+    p.txt_cu = at::arange(0, (B + 1) * L, L, int_options);
+    p.shapes.assign(static_cast<size_t>(B), models::ImageShape{1, h, w});
+    return p;
+  }
+
+  at::Tensor flow_matching_loss(const Batch& batch, const FlowMatchingOptions& options,
+                                at::Generator& generator) override {
+    const Packed p = pack(batch);
+    const int64_t B = batch.latents.size(0), per_sample = p.x0.size(1) / B;
+    const auto device = p.x0.device();
+    const at::Tensor noise =
+        at::randn(p.x0.sizes(), generator, at::TensorOptions().dtype(at::kFloat)).to(device);
+    const at::Tensor sigmas = sample_sigmas(B, sampling_of(options), options.sigmoid_scale,
+                                            options.shift, generator)
+                                  .to(device);
+    // Per-token sigma: each sample's tokens share its sigma.
+    const at::Tensor token_sigmas = sigmas.repeat_interleave(per_sample);
+    const auto [x_t, target] = flow_matching_pair(p.x0.squeeze(0), noise.squeeze(0), token_sigmas);
+    const at::Tensor prediction =
+        model_->forward(x_t.unsqueeze(0), p.txt, sigmas, p.shapes, p.img_cu.to(device), p.txt_cu.to(device));
+    return at::mse_loss(prediction.squeeze(0).to(at::kFloat), target.to(at::kFloat));
+  }
+
+  at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) override {
+    const auto get = check_named_inputs(
+        inputs, {"img", "txt", "timesteps", "img_shapes", "img_cu_seqlens", "txt_cu_seqlens"},
+        "mageflow", {"img_shapes", "img_cu_seqlens", "txt_cu_seqlens"});
+    const at::Tensor shapes = get("img_shapes").to(at::kLong);
+    TORCH_CHECK_VALUE(shapes.dim() == 2 && shapes.size(1) == 3,
+                      "[mageflow] img_shapes must be (num_images, 3) of (frames, h, w), got shape ",
+                      shapes.sizes());
+    std::vector<models::ImageShape> img_shapes;
+    for (int64_t i = 0; i < shapes.size(0); ++i) {
+      img_shapes.push_back({shapes[i][0].item<int64_t>(), shapes[i][1].item<int64_t>(),
+                            shapes[i][2].item<int64_t>()});
+    }
+    return model_->forward(get("img"), get("txt"), get("timesteps"), img_shapes,
+                           get("img_cu_seqlens"), get("txt_cu_seqlens"));
+  }
+
+  std::vector<BlockProbe> block_probes(const Batch& batch) override {
+    const auto& config = model_->config();
+    if (config.depth == 0) return {};
+    const Packed p = pack(batch);
+    const auto device = p.x0.device();
+    const auto options = p.x0.options().dtype(model_->img_in->weight.scalar_type());
+    const int64_t B = batch.latents.size(0);
+    at::Tensor temb = torch::randn({B, config.hidden_size}, options);
+    if (model_->time_text_embed && any_requires_grad(*model_->time_text_embed)) temb.requires_grad_(true);
+    models::RotaryTables rope = models::mageflow_rope_tables(p.shapes, config.axes_dim);
+    rope = {rope.cos.to(device), rope.sin.to(device)};
+    const models::PackedSamples samples =
+        models::PackedSamples::from_cu_seqlens(p.txt_cu, p.img_cu, device);
+    auto block = model_->transformer_blocks.front();
+    Tensors state{torch::randn({1, p.txt.size(1), config.hidden_size}, options).requires_grad_(true),
+                  torch::randn({1, p.x0.size(1), config.hidden_size}, options).requires_grad_(true)};
+    return {{"mageflow-block",
+             [block, temb, rope, samples](int64_t, const Tensors& s) -> Tensors {
+               auto [txt, img] = block.ptr()->forward(s[1], s[0], temb, rope, samples, std::nullopt);
+               return {txt, img};
+             },
+             state}};
+  }
+
+ private:
+  models::MageFlow model_;
+};
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> Transformer::trainable_parameters() {
@@ -192,6 +322,7 @@ std::vector<std::pair<std::string, at::Tensor>> Transformer::trainable_parameter
 
 std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec, const at::Device& device) {
   if (spec.family == "flux") return std::make_unique<FluxTransformer>(spec, device);
+  if (spec.family == "mageflow") return std::make_unique<MageFlowTransformer>(spec, device);
   throw std::invalid_argument("[train] model_family must be one of flux, mageflow, got '" +
                               spec.family + "'");
 }

@@ -176,3 +176,38 @@ TEST_F(TrainerTest, MissingDataDirectoryIsAValidationError) {
 
 }  // namespace
 }  // namespace remat::train
+
+namespace remat::train {
+namespace {
+
+TEST(MageFlowTraining, TrainsOnPackedBatchesAndSavesPeftLora) {
+  const fs::path root = fs::temp_directory_path() / ("remat-mageflow-train-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  DemoDatasetOptions options;
+  options.sizes = {{4, 4}};
+  options.text_tokens = 6;
+  options.joint_attention_dim = 32;  // mageflow-tiny context_in_dim
+  make_demo_dataset((root / "data").string(), LatentFamily::MageFlow, 8, 5, options);
+  std::vector<std::string> warnings;
+  const auto config = load_train_config(
+      {"--model_family=mageflow", "--model_flavour=mageflow-tiny", "--model_type=lora",
+       "--lora_rank=2", "--instance_data_dir=" + (root / "data").string(),
+       "--output_dir=" + (root / "out").string(), "--train_batch_size=2", "--max_train_steps=3",
+       "--mixed_precision=no", "--gradient_checkpointing_interval=2", "--seed=1",
+       "--resume_from_checkpoint=latest"},
+      warnings);
+  TrainerHooks hooks;
+  hooks.log = [](const std::string&) {};
+  hooks.progress_stream = std::fopen("/dev/null", "w");
+  const auto result = run_training(config, hooks);
+  ASSERT_EQ(result.records.size(), 3u);
+  for (const auto& r : result.records) EXPECT_TRUE(std::isfinite(r.loss));
+  const auto file = io::SafetensorsFile::open(result.weights_path);
+  // SimpleTuner's MageFlow default target includes the text-side projections.
+  EXPECT_TRUE(file.contains("transformer.transformer_blocks.0.attn.add_q_proj.lora_A.weight"));
+  EXPECT_TRUE(file.contains("transformer.transformer_blocks.1.attn.to_out.0.lora_B.weight"));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace remat::train
