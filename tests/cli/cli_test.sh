@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The CLI reports bad input with the option / value / file and exits with code 2, before any
+# work starts. Usage: cli_test.sh <remat binary>
+set -u
+remat=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+# expect <exit code> <text the error must contain> -- <command...>
+expect() {
+  local code=$1 text=$2
+  shift 3
+  local out status
+  out=$("$@" 2>&1)
+  status=$?
+  if [[ $status -ne $code ]] || [[ "$out" != *"$text"* ]]; then
+    echo "FAIL: '$*' exited $status (want $code), output:"
+    echo "$out" | head -5
+    echo "  (wanted it to contain: $text)"
+    failures=$((failures + 1))
+  else
+    echo "ok: $* -> $status"
+  fi
+}
+
+expect 2 "gradient_checkpointing_interval must be" -- "$remat" train --gradient_checkpointing_interval=0
+expect 2 "got '-3'" -- "$remat" train --gradient_checkpointing_interval=-3
+expect 2 "gradient_checkpointing_segment_stride" -- "$remat" train --gradient_checkpointing_interval=4 --gradient_checkpointing_segment_stride=2
+expect 2 "gradient_checkpointing_backend" -- "$remat" train --gradient_checkpointing_backend=cuda-magic
+expect 2 "did you mean" -- "$remat" train --gradient_checkpointing_intervall=2
+expect 2 "learning_rate" -- "$remat" train --learning_rate=fast
+expect 0 "gradient_checkpointing_interval" -- "$remat" train --help
+expect 2 "unknown command" -- "$remat" frobnicate
+expect 2 "--model" -- "$remat" init --model sdxl --output "$work/w.safetensors"
+
+# Model I/O: a tiny Flux, inputs with a missing key, a wrong dtype, a wrong shape, a corrupt file.
+"$remat" init --model flux --preset flux-tiny --seed 0 --output "$work/w.safetensors" > /dev/null || failures=$((failures + 1))
+printf 'abc' > "$work/short.safetensors"
+expect 2 "short.safetensors" -- "$remat" forward --model flux --preset flux-tiny --weights "$work/short.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+expect 2 "missing: " -- "$remat" forward --model flux --preset flux-tiny --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+expect 2 "shape-mismatched" -- "$remat" forward --model flux --preset flux-small --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+[[ ! -e "$work/o.safetensors" ]] || { echo "FAIL: an output was written after an error"; failures=$((failures + 1)); }
+
+if ((failures)); then
+  echo "$failures CLI checks failed"
+  exit 1
+fi
+echo "all CLI checks passed"
