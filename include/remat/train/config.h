@@ -49,7 +49,7 @@ struct TrainConfig {
   /// Optional diffusers-style transformer config.json overriding the flavour's shapes.
   std::optional<std::string> pretrained_transformer_config;
   /// "full" (train every weight) or "lora".
-  std::string model_type = "full";
+  std::string model_type = "lora";  // SimpleTuner's default
   int64_t lora_rank = 16;
   /// LoRA scale numerator (scale = alpha / rank). Unset on input means alpha = rank; after
   /// load_train_config it always holds a value.
