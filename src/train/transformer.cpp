@@ -34,6 +34,28 @@ void load_weights(torch::nn::Module& module, const std::optional<std::string>& w
   io::load_state_dict_into(module, *weights);  // strict: names every missing/unexpected key
 }
 
+// Both models expose SimpleTuner's checkpointing controls under the same names; only the number
+// of block stacks (explicit layouts) differs.
+template <typename Model, typename SetLayouts>
+void apply_checkpointing(Model& model, const CheckpointingSpec& spec, size_t num_stacks,
+                         SetLayouts set_layouts) {
+  if (!spec.enabled) {
+    model.disable_gradient_checkpointing();
+    return;
+  }
+  model.enable_gradient_checkpointing();
+  model.set_gradient_checkpointing_backend(spec.backend);
+  model.set_gradient_checkpointing_interval(spec.interval);
+  model.set_gradient_checkpointing_segment_stride(spec.segment_stride);
+  if (spec.layouts.empty()) {
+    model.clear_gradient_checkpointing_layout();
+    return;
+  }
+  TORCH_CHECK_VALUE(spec.layouts.size() == num_stacks, "[checkpointing] this model needs ",
+                    num_stacks, " layouts (one per block stack), got ", spec.layouts.size());
+  set_layouts(spec.layouts);
+}
+
 // Checks that `inputs` holds exactly `expected` (every name missing or unexpected is listed) with
 // floating dtypes; returns an accessor giving each as float32.
 std::function<at::Tensor(const std::string&)> check_named_inputs(
@@ -87,21 +109,9 @@ class FluxTransformer final : public Transformer {
   }
 
   void configure_checkpointing(const CheckpointingSpec& spec) override {
-    if (!spec.enabled) {
-      model_->disable_gradient_checkpointing();
-      return;
-    }
-    model_->enable_gradient_checkpointing();
-    model_->set_gradient_checkpointing_backend(spec.backend);
-    model_->set_gradient_checkpointing_interval(spec.interval);
-    model_->set_gradient_checkpointing_segment_stride(spec.segment_stride);
-    if (spec.layouts.empty()) {
-      model_->clear_gradient_checkpointing_layout();
-    } else {
-      TORCH_CHECK_VALUE(spec.layouts.size() == 2, "[flux] needs 2 layouts (double, single stack), got ",
-                        spec.layouts.size());
-      model_->set_gradient_checkpointing_layout(spec.layouts[0], spec.layouts[1]);
-    }
+    apply_checkpointing(*model_, spec, 2, [this](const std::vector<Layout>& layouts) {
+      model_->set_gradient_checkpointing_layout(layouts[0], layouts[1]);
+    });
   }
 
   std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank,
@@ -208,20 +218,9 @@ class MageFlowTransformer final : public Transformer {
   std::vector<int64_t> stack_sizes() const override { return {model_->config().depth}; }
 
   void configure_checkpointing(const CheckpointingSpec& spec) override {
-    if (!spec.enabled) {
-      model_->disable_gradient_checkpointing();
-      return;
-    }
-    model_->enable_gradient_checkpointing();
-    model_->set_gradient_checkpointing_backend(spec.backend);
-    model_->set_gradient_checkpointing_interval(spec.interval);
-    model_->set_gradient_checkpointing_segment_stride(spec.segment_stride);
-    if (spec.layouts.empty()) {
-      model_->clear_gradient_checkpointing_layout();
-    } else {
-      TORCH_CHECK_VALUE(spec.layouts.size() == 1, "[mageflow] needs 1 layout, got ", spec.layouts.size());
-      model_->set_gradient_checkpointing_layout(spec.layouts[0]);
-    }
+    apply_checkpointing(*model_, spec, 1, [this](const std::vector<Layout>& layouts) {
+      model_->set_gradient_checkpointing_layout(layouts[0]);
+    });
   }
 
   std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank,
