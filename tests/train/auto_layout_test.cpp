@@ -152,6 +152,8 @@ TEST(BenchmarkLayouts, DefaultListHasTwoAutoBudgetsBetweenTheBounds) {
   const auto names = default_benchmark_layouts(false, 100LL << 20, 400LL << 20);
   const std::vector<std::string> expected{"off", "1", "2", "4", "8", "2/4", "ffn", "auto:200.0MiB", "auto:300.0MiB"};
   EXPECT_EQ(names, expected);
+  const auto flat = default_benchmark_layouts(false, 100LL << 20, 100LL << 20);
+  EXPECT_EQ(std::count(flat.begin(), flat.end(), "auto:100.0MiB"), 1);
   const auto cuda = default_benchmark_layouts(true, 100LL << 20, 400LL << 20);
   EXPECT_NE(std::find(cuda.begin(), cuda.end(), "offload"), cuda.end());
 }
