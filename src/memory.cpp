@@ -6,6 +6,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <mutex>
 
 #include <c10/core/Allocator.h>
@@ -137,6 +140,20 @@ std::string format_bytes(int64_t bytes) {
     std::snprintf(text, sizeof(text), "%.2f %s", value, kUnits[unit]);
   }
   return text;
+}
+
+int64_t available_bytes(c10::Device device) {
+  if (!device.is_cpu()) return detail::cuda_available_bytes(device.has_index() ? device.index() : -1);
+  // "MemAvailable:   12345678 kB": what the kernel can give without swapping.
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  int64_t available_kib = 0;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream(line.substr(13)) >> available_kib;
+    break;
+  }
+  return current_bytes() + available_kib * 1024;
 }
 
 }  // namespace remat::memory

@@ -38,6 +38,12 @@ REMAT_API int64_t peak_bytes();
 REMAT_API int64_t current_bytes(c10::Device device);
 REMAT_API int64_t peak_bytes(c10::Device device);
 
+/// Bytes a training step could have live at its peak on `device`, for a default memory budget:
+/// on CPU the tracked bytes now plus the machine's MemAvailable (/proc/meminfo; where that file
+/// is missing, the tracked bytes alone), on CUDA the driver's free memory plus what the caching
+/// allocator reserves. Throws for a CUDA device in a build without CUDA support.
+REMAT_API int64_t available_bytes(c10::Device device);
+
 /// Whether this build reads CUDA allocator statistics (REMAT_WITH_CUDA).
 REMAT_API bool cuda_statistics_available();
 

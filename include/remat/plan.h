@@ -53,8 +53,14 @@ struct BlockCost {
   int64_t forward_peak_bytes = 0;
   /// Highest bytes, above those live just before (which include the incoming gradient), reached
   /// while its backward runs (gradient temporaries, parameter-gradient buffers, its input's
-  /// gradient) [B].
+  /// gradient) [B]. Measured with the block's parameter gradients absent when training frees
+  /// them between steps (then they are created during this backward and count here).
   int64_t backward_peak_bytes = 0;
+  /// Bytes of parameter gradients the block's backward creates and leaves live until the step
+  /// ends [P]: its trainable parameters' size when training frees gradients between steps
+  /// (zero_grad(set_to_none), as remat's trainer does); 0 when the gradients live all step (count
+  /// them in Chain::fixed_bytes instead).
+  int64_t parameter_grad_bytes = 0;
 };
 
 /// A network as the planner sees it: the blocks run in order on one state.
@@ -81,10 +87,29 @@ struct Chain {
   /// recomputation holds the same amount again while it runs.
   int64_t checkpoint_overhead_bytes = 0;
 
+  // ---- the rest of the training step (Note [Whole-step model] in src/plan/cost_model.cpp) ----
+  /// Highest bytes, above those live when the chain's forward ends (its output included), reached
+  /// by what runs after the chain (output head, loss) from then until the backward reaches the
+  /// chain's output [T]. 0 for a bare chain.
+  int64_t tail_peak_bytes = 0;
+  /// Bytes the part after the chain leaves live, besides the output gradient g_N, while the
+  /// chain's backward runs [U]; may be negative: the head's parameter gradients (+), minus the
+  /// chain output when the head's graph was its last holder (-), minus inputs of the loss freed
+  /// when the forward returned (-). 0 for a bare chain.
+  int64_t tail_backward_bytes = 0;
+  /// Highest bytes reached at moments of the step when no block's activations are live (before
+  /// the chain's forward, after its backward, the optimizer step): a floor of the step's peak
+  /// whatever the layout. 0 for a bare chain.
+  int64_t fixed_peak_bytes = 0;
+  /// Seconds of the step outside the chain (embedders, head, loss, optimizer step), added to
+  /// every layout's step time.
+  double fixed_time_s = 0.0;
+
   int64_t num_blocks() const { return static_cast<int64_t>(blocks.size()); }
 };
 
-/// Throws std::invalid_argument naming the first problem: a negative cost, a block whose
+/// Throws std::invalid_argument naming the first problem: a negative cost (any field but
+/// tail_backward_bytes), a block whose
 /// output_bytes differ from the next block's boundary_bytes, a forced boundary outside
 /// [1, N-1], a non-positive host bandwidth.
 REMAT_API void validate_chain(const Chain& chain);
@@ -99,7 +124,8 @@ struct Prediction {
   double recompute_s = 0.0;
   /// Of which offload transfers not hidden behind computation.
   double transfer_s = 0.0;
-  /// Block running when the peak is reached (-1: before any block runs).
+  /// Block running when the peak is reached (-1: before any block runs, or outside the chain:
+  /// Chain::fixed_peak_bytes; N: in the part after the chain, Chain::tail_peak_bytes).
   int64_t peak_block = -1;
   /// Whether the peak is reached in the backward pass (recomputation included).
   bool peak_in_backward = false;
@@ -112,7 +138,8 @@ REMAT_API Layout split_layout(const Layout& layout, const std::vector<int64_t>& 
 /// Simulates one training step of `layout` over `chain`: forward over the blocks, then the
 /// caller's gradient of the output (output_grad_bytes of the last block, held until the step
 /// ends), then backward in reverse. The chain's input state is held by the caller throughout.
-/// Throws std::invalid_argument for an invalid chain or a layout that does not cover its blocks
+/// The rest of the step enters through the Chain's tail and fixed fields (Note [Whole-step
+/// model]): the peak is at least fixed_peak_bytes and the time includes fixed_time_s. Throws std::invalid_argument for an invalid chain or a layout that does not cover its blocks
 /// or has a checkpointed segment across a forced boundary (Keep segments may span one).
 REMAT_API Prediction predict(const Chain& chain, const Layout& layout);
 

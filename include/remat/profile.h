@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
 
 #include <c10/core/Device.h>
 
@@ -21,6 +24,11 @@ struct ProfileOptions {
   int warmup = 1;
   /// Timed runs; times are their medians, memory figures their maxima.
   int repeats = 3;
+  /// The block's trainable parameters when training frees gradients between steps
+  /// (zero_grad(set_to_none)): their `.grad` is reset to undefined before every run, so
+  /// backward_peak_bytes includes creating them and parameter_grad_bytes is what they take after
+  /// the backward. Empty: gradients are left alone (measure with them allocated).
+  std::vector<at::Tensor> parameters;
 };
 
 /// Runs `block` forward (grad enabled) and backward `warmup + repeats` times on fresh copies of

@@ -1,6 +1,8 @@
 // CUDA caching-allocator statistics: the only remat code that needs CUDA headers.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 
 #include "detail/cuda_memory.h"
 
@@ -29,6 +31,15 @@ void cuda_reset_peak_all() {
   for (c10::DeviceIndex i = 0; i < count; ++i) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(i);
   }
+}
+
+int64_t cuda_available_bytes(int device_index) {
+  const c10::DeviceIndex index = resolve(device_index);
+  c10::cuda::CUDAGuard guard(index);
+  size_t free = 0, total = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+  return static_cast<int64_t>(free) + stats.reserved_bytes[kAggregate].current;
 }
 
 }  // namespace remat::memory::detail

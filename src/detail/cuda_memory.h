@@ -13,6 +13,8 @@ inline constexpr bool kCudaStatistics = true;
 int64_t cuda_current_bytes(int device_index);
 int64_t cuda_peak_bytes(int device_index);
 void cuda_reset_peak_all();
+/// Free device memory (driver) plus what the caching allocator holds (reserved).
+int64_t cuda_available_bytes(int device_index);
 #else
 inline constexpr bool kCudaStatistics = false;
 inline int64_t cuda_current_bytes(int) {
@@ -20,6 +22,7 @@ inline int64_t cuda_current_bytes(int) {
 }
 inline int64_t cuda_peak_bytes(int index) { return cuda_current_bytes(index); }
 inline void cuda_reset_peak_all() {}
+inline int64_t cuda_available_bytes(int index) { return cuda_current_bytes(index); }
 #endif
 
 }  // namespace remat::memory::detail

@@ -272,6 +272,7 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
     return {x_out, c_out};
   };
   Tensors state{x, c};
+  if (stage_observer_) stage_observer_("blocks_begin", state);
   if (layer_scope) {
     state = run_layout(checkpointing_.layout_for(0, config_.num_layers), state, run_double);
   } else {
@@ -294,11 +295,15 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   };
   // The single stack works on the joint [text; image] sequence, concatenated once.
   Tensors joint{at::cat({state[1], state[0]}, 1)};
+  // Nothing needs the double stack's output any more (cat saves no input): let it go now rather
+  // than at return, so it is not live beside the single stack's activations.
+  state.clear();
   if (layer_scope) {
     joint = run_layout(checkpointing_.layout_for(1, config_.num_single_layers), joint, run_single);
   } else {
     for (int64_t k = 0; k < config_.num_single_layers; ++k) joint = run_single(k, joint);
   }
+  if (stage_observer_) stage_observer_("blocks_end", joint);
   x = joint[0].narrow(1, n_txt, n_img);
 
   const Modulation scale_shift = norm_out->forward(temb, dtype);  // scale first

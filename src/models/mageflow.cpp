@@ -320,6 +320,7 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
     return {c_out, x_out};
   };
   Tensors state{c, x};
+  if (stage_observer_) stage_observer_("blocks_begin", state);
   const auto num_active = static_cast<int64_t>(active.size());
   if (layer_scope) {
     state = run_layout(checkpointing_.layout_for(0, num_active), state, run_block);
@@ -327,6 +328,8 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
     for (int64_t p = 0; p < num_active; ++p) state = run_block(p, state);
   }
   x = state[1];
+  state.clear();  // the text stream is not needed past the last block
+  if (stage_observer_) stage_observer_("blocks_end", {x});
 
   Modulation scale_shift = norm_out->forward(temb, dtype);  // scale first
   x = modulate(x, per_token(scale_shift[1], samples.img_sample), per_token(scale_shift[0], samples.img_sample));

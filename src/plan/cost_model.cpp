@@ -29,6 +29,9 @@
 //   - apply returns: the recomputed output s_q, the incoming g_q (unless q = N), the saved or
 //     fetched input (unless it is s_0 kept in place) and the RNG snapshot go; g_p flows on.
 //
+// Parameter gradients: with gradients freed between steps, block k's backward creates P_k bytes
+//   of them, live until the step ends (its measured B_k includes their creation).
+//
 // Peaks are sampled at every transient and after every change, so a hand-written cost with
 // F_k < A_k + s_{k+1} still gives a peak no lower than the live bytes.
 //
@@ -37,6 +40,24 @@
 // direction minus the computation it overlaps (the segment's forward for the copy out, its
 // recomputation and backward for the copy back, an approximation: the real copy back overlaps
 // the next offloaded segment's backward).
+// Note [Whole-step model]
+// A training step is more than the chain: the embedders before it, the output head and the loss
+// after it, the optimizer step at the end. They do not depend on the layout, so the Chain carries
+// them as measured figures (remat::train::profile_step measures them in a real step at stage
+// boundaries; see src/train/step_profile.cpp):
+//   - fixed_bytes: everything live while the chain runs besides its state (parameters, optimizer
+//     state, the batch, what the embedders' graph keeps, RoPE tables, the conditioning);
+//   - tail_peak_bytes T: after the last block's forward, the head and loss forward and their
+//     backward reach at most live + T, where live includes every block's kept activations; so a
+//     layout's K (kept bytes) shows up here too;
+//   - tail_backward_bytes U: when the backward reaches the chain, the live bytes are those at the
+//     end of the forward + g_N + U (U < 0 when the head freed the chain output and the loss's
+//     inputs);
+//   - fixed_peak_bytes: the embedders' forward and backward, the optimizer step: moments when no
+//     block keeps activations, the same for every layout;
+//   - fixed_time_s: their time.
+// predict adds T as a transient at the chain's end, U with g_N, and takes the step's peak as the
+// larger of the timeline's and fixed_peak_bytes.
 #include <algorithm>
 #include <sstream>
 #include <stdexcept>
@@ -124,6 +145,8 @@ void Timeline::bump(int64_t transient, int64_t block) {
   }
 }
 
+void Timeline::bump_tail(int64_t transient, int64_t block) { bump(transient, block); }
+
 void Timeline::add(int64_t bytes) {
   live_ += bytes;
   bump(0, current_block_);
@@ -147,7 +170,7 @@ void Timeline::run_backward_blocks(int64_t begin, int64_t end, bool checkpointed
   for (int64_t k = end - 1; k >= begin; --k) {
     const BlockCost& block = chain_.blocks[k];
     bump(block.backward_peak_bytes, k);
-    live_ += state_grad_bytes(chain_, k) - block.activation_bytes;
+    live_ += state_grad_bytes(chain_, k) - block.activation_bytes + block.parameter_grad_bytes;
     const bool input_pinned = k == 0 || (checkpointed && k == begin);
     if (!input_pinned) live_ -= block.retained_input_bytes;
     // The incoming gradient is consumed, unless the caller (g_N) or CheckpointNode::apply (the
@@ -226,6 +249,7 @@ void validate_chain(const Chain& chain) {
     detail::check_non_negative(b.output_grad_bytes, k, "output_grad_bytes");
     detail::check_non_negative(b.forward_peak_bytes, k, "forward_peak_bytes");
     detail::check_non_negative(b.backward_peak_bytes, k, "backward_peak_bytes");
+    detail::check_non_negative(b.parameter_grad_bytes, k, "parameter_grad_bytes");
     if (b.retained_input_bytes > b.boundary_bytes) {
       detail::invalid("[Chain] blocks[" + std::to_string(k) + "].retained_input_bytes must be <= " +
                       "boundary_bytes (" + std::to_string(b.boundary_bytes) + "), got " +
@@ -248,6 +272,17 @@ void validate_chain(const Chain& chain) {
   if (chain.checkpoint_overhead_bytes < 0) {
     detail::invalid("[Chain] checkpoint_overhead_bytes must be >= 0, got " +
                     std::to_string(chain.checkpoint_overhead_bytes));
+  }
+  if (chain.tail_peak_bytes < 0) {
+    detail::invalid("[Chain] tail_peak_bytes must be >= 0, got " + std::to_string(chain.tail_peak_bytes));
+  }
+  if (chain.fixed_peak_bytes < 0) {
+    detail::invalid("[Chain] fixed_peak_bytes must be >= 0, got " + std::to_string(chain.fixed_peak_bytes));
+  }
+  if (!(chain.fixed_time_s >= 0.0)) {
+    std::ostringstream msg;
+    msg << "[Chain] fixed_time_s must be >= 0, got " << chain.fixed_time_s;
+    detail::invalid(msg.str());
   }
   for (int64_t b : chain.forced_boundaries) {
     if (b < 1 || b >= chain.num_blocks()) {
@@ -283,16 +318,19 @@ Prediction predict(const Chain& chain, const Layout& layout) {
   const int64_t n = chain.num_blocks();
   Prediction prediction;
   if (n == 0) {
-    prediction.peak_bytes = chain.fixed_bytes;
+    prediction.peak_bytes = std::max(chain.fixed_bytes, chain.fixed_peak_bytes);
+    prediction.step_s = chain.fixed_time_s;
     return prediction;
   }
   const auto& segments = layout.segments;
 
   detail::Timeline timeline(chain, chain.fixed_bytes + detail::state_bytes(chain, 0));
   for (const auto& segment : segments) timeline.forward_segment(segment);
+  timeline.bump_tail(chain.tail_peak_bytes, n);  // head, loss and their backward
 
   timeline.set_phase_backward();
-  timeline.add(detail::state_grad_bytes(chain, n));  // the caller's gradient of the output
+  // The caller's gradient of the output, and what the head and loss leave (Note [Whole-step model]).
+  timeline.add(detail::state_grad_bytes(chain, n) + chain.tail_backward_bytes);
   std::vector<bool> fetched(segments.size(), false);
   for (size_t i = segments.size(); i-- > 0;) {
     const Segment& segment = segments[i];
@@ -314,6 +352,12 @@ Prediction predict(const Chain& chain, const Layout& layout) {
   prediction.peak_bytes = timeline.peak();
   prediction.peak_block = timeline.peak_block();
   prediction.peak_in_backward = timeline.peak_in_backward();
+  if (chain.fixed_peak_bytes > prediction.peak_bytes) {
+    prediction.peak_bytes = chain.fixed_peak_bytes;
+    prediction.peak_block = -1;
+    prediction.peak_in_backward = false;
+  }
+  prediction.step_s = chain.fixed_time_s;
   for (const auto& segment : segments) {
     prediction.step_s += detail::segment_time(chain, segment, &prediction.recompute_s,
                                               &prediction.transfer_s);

@@ -42,6 +42,10 @@ class Timeline {
   /// an offloaded input fetched back.
   void add(int64_t bytes);
 
+  /// A transient of `transient` bytes above the live ones, attributed to `block` (N: the part
+  /// after the chain).
+  void bump_tail(int64_t transient, int64_t block);
+
   void set_phase_backward() { backward_ = true; }
   int64_t live() const { return live_; }
   int64_t peak() const { return peak_; }

@@ -26,6 +26,12 @@
 // resets w' = s_p and picks either promise (and is forbidden after a "none follows" promise). A
 // complete layout is a label at p = N whose promise is not "more follow".
 //
+// The rest of the step (Note [Whole-step model] in cost_model.cpp) adds three terms. Parameter
+// gradients of the blocks after τ_i are live during its backward: base_b(q_i) = base_f + s_N +
+// g_N + U + sum of P_k for k >= q_i (a constant per position). The head and loss peak after the
+// forward, base_f + K_total + s_N + T, depends only on the complete layout's K: it is checked on
+// the complete labels. fixed_peak_bytes is a constant: nothing fits below it.
+//
 // Exactness. Every layout is exactly one path (its promises are determined by it) and passes all
 // extensions iff predict(layout).peak <= budget. Within one key, the constraints of every future
 // extension depend on the label only through K, and both K and time add up along the path, so a
@@ -152,8 +158,14 @@ struct DpResult {
 std::optional<DpResult> solve(const Chain& chain, const SegmentTable& table, int64_t budget,
                               bool minimize_time) {
   const int64_t n = chain.num_blocks();
+  if (chain.fixed_peak_bytes > budget) return std::nullopt;
   const int64_t base_f = chain.fixed_bytes + detail::state_bytes(chain, 0);
-  const int64_t base_b = base_f + detail::state_bytes(chain, n) + detail::state_grad_bytes(chain, n);
+  const int64_t end_of_forward = base_f + detail::state_bytes(chain, n);  // + K_total
+  // base_b(q): what is live during the backward of a segment ending at q besides earlier
+  // segments' kept bytes and the segment's own (Note [Budget planner]).
+  std::vector<int64_t> base_b(n + 1);
+  base_b[n] = end_of_forward + detail::state_grad_bytes(chain, n) + chain.tail_backward_bytes;
+  for (int64_t q = n; q-- > 0;) base_b[q] = base_b[q + 1] + chain.blocks[q].parameter_grad_bytes;
 
   using Key = std::pair<Promise, int64_t>;  // (promise, w)
   std::vector<Label> arena;  // expanded labels, for reconstructing the best path
@@ -173,9 +185,9 @@ std::optional<DpResult> solve(const Chain& chain, const SegmentTable& table, int
           const bool prefetched_here = entry->moves || promise == Promise::MoreFollow;
           const int64_t extra = prefetched_here && promise != Promise::NoOffloadYet ? w : 0;
           const int64_t forward_peak = base_f + label.kept + entry->cost.forward_peak;
-          const int64_t backward_peak = base_b + label.kept + entry->cost.backward_peak + extra;
-          if (forward_peak > budget || backward_peak > budget) continue;
           const int64_t q = entry->segment.end;
+          const int64_t backward_peak = base_b[q] + label.kept + entry->cost.backward_peak + extra;
+          if (forward_peak > budget || backward_peak > budget) continue;
           const Label next{label.kept + entry->cost.kept,
                            minimize_time ? label.time + entry->cost.time_s : 0.0, label_index,
                            entry->segment};
@@ -195,6 +207,7 @@ std::optional<DpResult> solve(const Chain& chain, const SegmentTable& table, int
   for (const auto& [key, front] : at[n]) {
     if (key.first == Promise::MoreFollow) continue;  // a promised Offload segment never came
     for (const Label& label : front.labels()) {
+      if (end_of_forward + label.kept + chain.tail_peak_bytes > budget) continue;  // head and loss
       if (best == nullptr || label.time < best->time) best = &label;
     }
   }
@@ -273,9 +286,10 @@ std::string explain(const Chain& chain, const PlanResult& result, const PlannerO
   out << "nothing fits in " << memory::format_bytes(result.budget_bytes)
       << ": the smallest predicted peak is " << memory::format_bytes(result.min_possible_peak)
       << " (" << memory::format_bytes(over) << " over). ";
-  if (chain.fixed_bytes >= result.budget_bytes) {
+  const int64_t outside = std::max(chain.fixed_bytes, chain.fixed_peak_bytes);
+  if (outside >= result.budget_bytes) {
     out << "Parameters, gradients and optimizer state alone take "
-        << memory::format_bytes(chain.fixed_bytes)
+        << memory::format_bytes(outside)
         << ": train fewer parameters (LoRA), use lower-precision weights or optimizer state, or ";
   } else {
     out << "Lower the resolution or the batch size (activations grow with tokens x batch), ";

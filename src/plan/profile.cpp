@@ -63,8 +63,10 @@ double median(std::vector<double> values) {
 }
 
 // One forward and backward; see the comment at the top of the file.
-BlockCost measure_once(const SegmentFn& block, const Tensors& state, const c10::Device& device) {
+BlockCost measure_once(const SegmentFn& block, const Tensors& state, const c10::Device& device,
+                       const std::vector<at::Tensor>& parameters) {
   BlockCost c;
+  for (auto p : parameters) p.mutable_grad().reset();  // as after zero_grad(set_to_none)
   Tensors leaves(state.size()), input(state.size());
   for (size_t i = 0; i < state.size(); ++i) {
     const auto& t = state[i];
@@ -127,6 +129,9 @@ BlockCost measure_once(const SegmentFn& block, const Tensors& state, const c10::
   // own peak is measured on top of it, as the chain has it live when the block's backward starts.
   c.backward_peak_bytes = std::max<int64_t>(
       0, memory::peak_bytes(device) - before_backward - c.output_grad_bytes);
+  Tensors grads;
+  for (const auto& p : parameters) grads.push_back(p.grad());
+  c.parameter_grad_bytes = storage_bytes(grads);
   return c;
 }
 
@@ -176,7 +181,7 @@ BlockCost profile_block(const SegmentFn& block, const Tensors& state, const std:
   std::vector<double> forward_s, backward_s;
   BlockCost cost;
   for (int run = 0; run < options.warmup + options.repeats; ++run) {
-    const BlockCost c = measure_once(block, state, device);
+    const BlockCost c = measure_once(block, state, device, options.parameters);
     if (run < options.warmup) continue;
     forward_s.push_back(c.forward_s);
     backward_s.push_back(c.backward_s);
@@ -188,6 +193,7 @@ BlockCost profile_block(const SegmentFn& block, const Tensors& state, const std:
     cost.retained_input_bytes = std::max(cost.retained_input_bytes, c.retained_input_bytes);
     cost.forward_peak_bytes = std::max(cost.forward_peak_bytes, c.forward_peak_bytes);
     cost.backward_peak_bytes = std::max(cost.backward_peak_bytes, c.backward_peak_bytes);
+    cost.parameter_grad_bytes = std::max(cost.parameter_grad_bytes, c.parameter_grad_bytes);
   }
   cost.kind = kind;
   cost.forward_s = median(forward_s);

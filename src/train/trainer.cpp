@@ -17,6 +17,7 @@
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/models/lora.h"
+#include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
 #include "remat/train/schedule.h"
 #include "remat/train/training_state.h"
@@ -97,6 +98,7 @@ class Trainer {
 
  private:
   void setup();
+  void plan_checkpointing(const std::vector<at::Tensor>& params);
   StepRecord train_step(int64_t step);
   Batch next_batch();
   std::string save_checkpoint();
@@ -169,6 +171,10 @@ void Trainer::setup() {
                   .eps(config_.adam_epsilon)
                   .weight_decay(config_.adam_weight_decay));
 
+  flow_ = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
+                              config_.flow_use_uniform_schedule, config_.flux_guidance_value};
+  if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing(params);
+
   const int64_t batches_per_epoch =
       static_cast<int64_t>(data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size).size());
   total_steps_ = config_.max_train_steps > 0
@@ -178,13 +184,34 @@ void Trainer::setup() {
                            config_.gradient_accumulation_steps;
   schedule_ = LrSchedule{parse_lr_scheduler(config_.lr_scheduler), config_.learning_rate,
                          config_.lr_warmup_steps, std::max<int64_t>(total_steps_, 1)};
-  flow_ = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
-                              config_.flow_use_uniform_schedule, config_.flux_guidance_value};
 
   if (config_.resume_from_checkpoint) {
     if (auto path = resolve_resume_path(*config_.resume_from_checkpoint, config_.output_dir)) resume(*path);
   }
   epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), position_.epoch, config_.train_batch_size);
+}
+
+// gradient_checkpointing_interval: auto. The profile runs on the first batch of epoch 0 (every
+// batch of a run has its shape up to the bucket; the planner needs one representative) and leaves
+// weights, optimizer and generators as they were, so a run with auto trains exactly as one given
+// the chosen layout explicitly.
+void Trainer::plan_checkpointing(const std::vector<at::Tensor>& params) {
+  const auto batches = data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size);
+  TORCH_CHECK_VALUE(!batches.empty(), "[train] the dataset has no batches to profile");
+  const Batch batch = batch_to(data_->get_batch(batches.front()), device_);
+  StepSettings settings;
+  settings.flow = flow_;
+  if (config_.mixed_precision == "bf16") settings.autocast = at::kBFloat16;
+  StepProfileOptions options;
+  options.gradients_persist = config_.gradient_accumulation_steps > 1;
+  try {
+    apply_auto_layout(*model_, *optimizer_, params, batch, settings, noise_generator_,
+                      config_.gradient_checkpointing_memory_budget, hooks_.log, options);
+  } catch (const std::runtime_error& e) {
+    const auto budget = config_.gradient_checkpointing_memory_budget;
+    throw ValidationError("gradient_checkpointing_memory_budget",
+                          budget ? std::to_string(*budget) : "(unset: available memory)", e.what());
+  }
 }
 
 void Trainer::resume(const std::string& path) {

@@ -3,6 +3,7 @@
 #include "remat/train/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include <c10/util/Exception.h>
@@ -27,6 +28,14 @@ bool any_requires_grad(const torch::nn::Module& module) {
     if (p.requires_grad()) return true;
   }
   return false;
+}
+
+std::vector<at::Tensor> trainable(const torch::nn::Module& module) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
 }
 
 void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights) {
@@ -164,7 +173,37 @@ class FluxTransformer final : public Transformer {
                            get("txt_ids"), guided ? std::optional<at::Tensor>(get("guidance")) : std::nullopt);
   }
 
-  std::vector<BlockProbe> block_probes(const Batch& batch) override {
+  Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
+                        at::Generator& generator, const at::Device& device) override {
+    for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", batch},
+                                      {"image_tokens", image_tokens},
+                                      {"text_tokens", text_tokens}}) {
+      if (value < 1) {
+        throw std::invalid_argument(std::string("[flux] ") + name + " must be >= 1, got " +
+                                    std::to_string(value));
+      }
+    }
+    const auto& config = model_->config();
+    // The most square rows x cols grid with rows * cols = image_tokens (rows <= cols).
+    int64_t rows = static_cast<int64_t>(std::sqrt(static_cast<double>(image_tokens)));
+    while (rows > 1 && image_tokens % rows != 0) --rows;
+    const int64_t cols = image_tokens / rows;
+    TORCH_CHECK_VALUE(config.in_channels % 4 == 0, "[flux] in_channels must be a multiple of 4 "
+                      "(2x2-packed latents), got ", config.in_channels);
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    Batch out;
+    out.latents = at::randn({batch, config.in_channels / 4, 2 * rows, 2 * cols}, generator, f32).to(device);
+    out.prompt_embeds = at::randn({batch, text_tokens, config.joint_attention_dim}, generator, f32).to(device);
+    out.pooled_prompt_embeds = at::randn({batch, config.pooled_projection_dim}, generator, f32).to(device);
+    for (int64_t i = 0; i < batch; ++i) out.indices.push_back(i);
+    return out;
+  }
+
+  void set_stage_observer(StageObserver observer) override {
+    model_->set_stage_observer(std::move(observer));
+  }
+
+  std::vector<BlockProbe> block_probes(const Batch& batch, std::optional<Backend> ffn) override {
     const Inputs in = inputs_of(batch);
     const auto& config = model_->config();
     const int64_t B = in.x0.size(0), n_img = in.x0.size(1), n_txt = in.prompt_embeds.size(1);
@@ -180,19 +219,21 @@ class FluxTransformer final : public Transformer {
     if (config.num_layers > 0) {
       auto block = model_->transformer_blocks.front();
       probes.push_back({"flux-double",
-                        [block, temb, rope](int64_t, const Tensors& s) -> Tensors {
-                          auto [c, x] = block.ptr()->forward(s[0], s[1], temb, rope, std::nullopt);
+                        [block, temb, rope, ffn](int64_t, const Tensors& s) -> Tensors {
+                          auto [c, x] = block.ptr()->forward(s[0], s[1], temb, rope, ffn);
                           return {x, c};
                         },
-                        {state(n_img), state(n_txt)}});
+                        {state(n_img), state(n_txt)},
+                        trainable(*block)});
     }
     if (config.num_single_layers > 0) {
       auto block = model_->single_transformer_blocks.front();
       probes.push_back({"flux-single",
-                        [block, temb, rope](int64_t, const Tensors& s) -> Tensors {
-                          return {block.ptr()->forward(s[0], temb, rope, std::nullopt)};
+                        [block, temb, rope, ffn](int64_t, const Tensors& s) -> Tensors {
+                          return {block.ptr()->forward(s[0], temb, rope, ffn)};
                         },
-                        {state(n_txt + n_img)}});
+                        {state(n_txt + n_img)},
+                        trainable(*block)});
     }
     return probes;
   }
@@ -281,7 +322,33 @@ class MageFlowTransformer final : public Transformer {
                            get("img_cu_seqlens"), get("txt_cu_seqlens"));
   }
 
-  std::vector<BlockProbe> block_probes(const Batch& batch) override {
+  void set_stage_observer(StageObserver observer) override {
+    model_->set_stage_observer(std::move(observer));
+  }
+
+  Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
+                        at::Generator& generator, const at::Device& device) override {
+    for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", batch},
+                                      {"image_tokens", image_tokens},
+                                      {"text_tokens", text_tokens}}) {
+      if (value < 1) {
+        throw std::invalid_argument(std::string("[mageflow] ") + name + " must be >= 1, got " +
+                                    std::to_string(value));
+      }
+    }
+    const auto& config = model_->config();
+    // One latent pixel is one token: the most square h x w grid with h * w = image_tokens.
+    int64_t rows = static_cast<int64_t>(std::sqrt(static_cast<double>(image_tokens)));
+    while (rows > 1 && image_tokens % rows != 0) --rows;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    Batch out;
+    out.latents = at::randn({batch, config.in_channels, rows, image_tokens / rows}, generator, f32).to(device);
+    out.prompt_embeds = at::randn({batch, text_tokens, config.context_in_dim}, generator, f32).to(device);
+    for (int64_t i = 0; i < batch; ++i) out.indices.push_back(i);
+    return out;
+  }
+
+  std::vector<BlockProbe> block_probes(const Batch& batch, std::optional<Backend> ffn) override {
     const auto& config = model_->config();
     if (config.depth == 0) return {};
     const Packed p = pack(batch);
@@ -298,11 +365,11 @@ class MageFlowTransformer final : public Transformer {
     Tensors state{torch::randn({1, p.txt.size(1), config.hidden_size}, options).requires_grad_(true),
                   torch::randn({1, p.x0.size(1), config.hidden_size}, options).requires_grad_(true)};
     return {{"mageflow-block",
-             [block, temb, rope, samples](int64_t, const Tensors& s) -> Tensors {
-               auto [txt, img] = block.ptr()->forward(s[1], s[0], temb, rope, samples, std::nullopt);
+             [block, temb, rope, samples, ffn](int64_t, const Tensors& s) -> Tensors {
+               auto [txt, img] = block.ptr()->forward(s[1], s[0], temb, rope, samples, ffn);
                return {txt, img};
              },
-             state}};
+             state, trainable(*block)}};
   }
 
  private:

@@ -168,3 +168,42 @@ TEST(Predict, RejectsBadInput) {
 }
 
 }  // namespace
+
+// Note [Whole-step model]: parameter gradients created in backward, the head and loss after the
+// chain, and the floor of the rest of the step, by hand on three uniform blocks kept.
+TEST(Predict, WholeStepByHand) {
+  Chain chain = three_blocks();
+  // Forward as KeepAllByHand: live 340 after b2. The head and loss reach 340 + 50 = 390.
+  chain.tail_peak_bytes = 50;
+  chain.tail_backward_bytes = -10;
+  auto p = remat::predict(chain, remat::layout_keep_all(3));
+  EXPECT_EQ(p.peak_bytes, 390);
+  EXPECT_EQ(p.peak_block, 3);
+  EXPECT_FALSE(p.peak_in_backward);
+
+  // Without the tail transient: + g3 - 10 = 340; b2's backward peaks at 370.
+  chain.tail_peak_bytes = 0;
+  EXPECT_EQ(remat::predict(chain, remat::layout_keep_all(3)).peak_bytes, 370);
+
+  // 40 bytes of parameter gradients per block and a 200-byte backward transient in b0:
+  // + g3 = 350; b2 live 350+10-100-10+40 = 290; b1 live 290+10-100-10-10+40 = 220; b0 peak 420.
+  // Without the gradients b0 would peak at 140 + 200 = 340 and b2's 380 would be the peak.
+  chain.tail_backward_bytes = 0;
+  for (auto& b : chain.blocks) b.parameter_grad_bytes = 40;
+  chain.blocks[0].backward_peak_bytes = 200;
+  p = remat::predict(chain, remat::layout_keep_all(3));
+  EXPECT_EQ(p.peak_bytes, 420);
+  EXPECT_EQ(p.peak_block, 0);
+  EXPECT_TRUE(p.peak_in_backward);
+
+  // A floor from outside the chain (optimizer step) above everything, and its time.
+  chain.fixed_peak_bytes = 1000;
+  chain.fixed_time_s = 0.5;
+  p = remat::predict(chain, remat::layout_keep_all(3));
+  EXPECT_EQ(p.peak_bytes, 1000);
+  EXPECT_EQ(p.peak_block, -1);
+  EXPECT_DOUBLE_EQ(p.step_s, 9.5);
+
+  chain.blocks[1].parameter_grad_bytes = -1;
+  EXPECT_THROW(remat::predict(chain, remat::layout_keep_all(3)), std::invalid_argument);
+}

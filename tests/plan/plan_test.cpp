@@ -43,7 +43,15 @@ Chain random_chain(std::mt19937& rng, int64_t n) {
     b.output_grad_bytes = g[k + 1];
     b.forward_peak_bytes = b.activation_bytes + s[k + 1] + extra(rng);
     b.backward_peak_bytes = back(rng);
+    b.parameter_grad_bytes = coin(rng) ? extra(rng) : 0;
     chain.blocks.push_back(b);
+  }
+  // The rest of a training step (Note [Whole-step model]), in half of the chains.
+  if (coin(rng)) {
+    chain.tail_peak_bytes = back(rng);
+    chain.tail_backward_bytes = std::uniform_int_distribution<int64_t>(-s[n], 100)(rng);
+    chain.fixed_peak_bytes = std::uniform_int_distribution<int64_t>(0, 2500)(rng);
+    chain.fixed_time_s = seconds(rng);
   }
   chain.fixed_bytes = std::uniform_int_distribution<int64_t>(0, 1000)(rng);
   chain.offload_to_host = coin(rng);

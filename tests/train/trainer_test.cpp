@@ -1,4 +1,5 @@
 // remat train end to end on the tiny Flux preset: exact resume, learning, outputs, errors.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -207,6 +208,44 @@ TEST(MageFlowTraining, TrainsOnPackedBatchesAndSavesPeftLora) {
   EXPECT_TRUE(file.contains("transformer.transformer_blocks.0.attn.add_q_proj.lora_A.weight"));
   EXPECT_TRUE(file.contains("transformer.transformer_blocks.1.attn.to_out.0.lora_B.weight"));
   fs::remove_all(root);
+}
+
+// gradient_checkpointing_interval=auto: one describe_plan line, every step's tracked peak within
+// the budget; a budget below the smallest possible peak stops before training with the option
+// named and the smallest peak given.
+TEST_F(TrainerTest, AutoIntervalPlansWithinTheBudget) {
+  std::vector<std::string> lines;
+  std::vector<int64_t> peaks;
+  TrainerHooks hooks = quiet_hooks();
+  hooks.log = [&](const std::string& line) { lines.push_back(line); };
+  hooks.on_step = [&](const StepRecord& record) { peaks.push_back(record.peak_bytes); };
+  const int64_t budget = 64LL << 20;
+  run_training(config("auto", {"--gradient_checkpointing_interval=auto",
+                               "--gradient_checkpointing_memory_budget=" + std::to_string(budget),
+                               "--max_train_steps=2"}),
+               hooks);
+  const auto plan_line = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("gradient_checkpointing_interval auto:") != std::string::npos;
+  });
+  ASSERT_NE(plan_line, lines.end());
+  EXPECT_NE(plan_line->find("of 64.00 MiB budget"), std::string::npos) << *plan_line;
+  ASSERT_EQ(peaks.size(), 2u);
+  for (int64_t peak : peaks) EXPECT_LE(peak, budget);
+}
+
+TEST_F(TrainerTest, AutoIntervalNothingFitsStopsWithTheSmallestPeak) {
+  try {
+    run_training(config("tiny-budget", {"--gradient_checkpointing_interval=auto",
+                                        "--gradient_checkpointing_memory_budget=4096",
+                                        "--max_train_steps=1"}),
+                 quiet_hooks());
+    FAIL() << "expected the 4 KiB budget to be refused";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.option(), "gradient_checkpointing_memory_budget");
+    const std::string text = e.what();
+    EXPECT_NE(text.find("gradient_checkpointing_memory_budget must be at least"), std::string::npos) << text;
+    EXPECT_NE(text.find("got 4.00 KiB"), std::string::npos) << text;
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 ///   layout (Keep / Recompute / Offload segments).
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,12 @@
 #include "remat/layout.h"
 
 namespace remat::models {
+
+/// Observer of a model's block-stack boundaries in forward, for profiling a training step at
+/// them (remat::train::profile_step): called with the first block's input state (stage
+/// "blocks_begin") and with the state the head reads after the last block ("blocks_end"). It
+/// must not keep the tensors.
+using StageObserver = std::function<void(const std::string& stage, const Tensors& state)>;
 
 /// The checkpointing state of one model. Not thread-safe; set it between steps.
 class REMAT_API GradientCheckpointing {

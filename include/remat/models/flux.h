@@ -5,6 +5,7 @@
 /// (`transformer_blocks.0.attn.to_out.0.weight`, ...), so a state dict loads without remapping.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -109,6 +110,12 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   void clear_gradient_checkpointing_layout() { checkpointing_.set_layouts({}); }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
 
+  /// Called by forward() with the blocks' input state {x (B, N_i, D), c (B, N_t, D)} just before
+  /// the first double block (stage "blocks_begin"), and with the joint output state
+  /// {(B, N_t + N_i, D)} just after the last single block ("blocks_end"); see StageObserver.
+  /// Empty (the default): not called.
+  void set_stage_observer(StageObserver observer) { stage_observer_ = std::move(observer); }
+
   const FluxConfig& config() const { return config_; }
 
   Linear x_embedder{nullptr};
@@ -124,6 +131,7 @@ class REMAT_API FluxImpl : public torch::nn::Module {
  private:
   FluxConfig config_;
   GradientCheckpointing checkpointing_;
+  StageObserver stage_observer_;
 };
 TORCH_MODULE(Flux);
 

@@ -138,6 +138,10 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
   void clear_gradient_checkpointing_layout() { checkpointing_.set_layouts({}); }
   const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
 
+  /// Called by forward() with the blocks' input state {txt (1, ΣT, D), img (1, ΣL, D)} (stage
+  /// "blocks_begin") and with {img} after the last block ("blocks_end"); see StageObserver.
+  void set_stage_observer(StageObserver observer) { stage_observer_ = std::move(observer); }
+
   const MageFlowConfig& config() const { return config_; }
 
   Linear img_in{nullptr};
@@ -152,6 +156,7 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
  private:
   MageFlowConfig config_;
   GradientCheckpointing checkpointing_;
+  StageObserver stage_observer_;
 };
 TORCH_MODULE(MageFlow);
 

@@ -101,7 +101,9 @@ struct TrainConfig {
   std::optional<int64_t> gradient_checkpointing_segment_stride;
   /// "torch", "unsloth", "torch-ffn" or "unsloth-ffn" (see checkpoint_backend / checkpoint_ffn_only).
   std::string gradient_checkpointing_backend = "torch";
-  /// Activation memory budget in bytes for the auto planner.
+  /// Memory budget in bytes for the auto planner (remat/train/auto_layout.h): the predicted peak
+  /// of a whole training step (parameters, gradients, optimizer state and activations together,
+  /// as torch.cuda.max_memory_allocated counts) must fit. Unset: the device's available memory.
   std::optional<int64_t> gradient_checkpointing_memory_budget;
 
   // ---- data and output ----

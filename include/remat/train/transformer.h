@@ -6,6 +6,7 @@
 /// run exactly this step, so what the benchmark measures is what training does.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include <torch/nn/module.h>
 
 #include "remat/export.h"
+#include "remat/checkpoint.h"
 #include "remat/layout.h"
 #include "remat/train/data.h"
 
@@ -83,12 +85,30 @@ class REMAT_API Transformer {
   /// One representative block of each stack with state and context shaped as `batch` makes
   /// them, for profiling its time and memory (remat/profile.h). The state requires grad, as it
   /// does inside the chain; the context requires grad when its producers train.
+  /// `ffn_checkpoint`: run the blocks with only their feed-forward part checkpointed with that
+  /// backend (the "-ffn" checkpointing backends), as a training step with that setting does.
   struct BlockProbe {
     std::string kind;      ///< "flux-double", "flux-single", "mageflow-block"
     RunBlock run;          ///< runs the stack's block 0 (the index argument is ignored)
     Tensors state;
+    /// The trainable parameters of the probed block (every block of a stack has the same).
+    std::vector<at::Tensor> parameters;
   };
-  virtual std::vector<BlockProbe> block_probes(const Batch& batch) = 0;
+  virtual std::vector<BlockProbe> block_probes(const Batch& batch,
+                                               std::optional<Backend> ffn_checkpoint = std::nullopt) = 0;
+
+  /// Observer of the block stacks' boundaries in forward: called with the first block's input
+  /// state ("blocks_begin") and the last block's output state ("blocks_end"). It must not keep
+  /// the tensors. An empty function removes it.
+  using StageObserver = std::function<void(const std::string& stage, const Tensors& state)>;
+  virtual void set_stage_observer(StageObserver observer) = 0;
+
+  /// A random batch shaped as the family's latent cache (float32 on `device`): `batch` samples
+  /// of `image_tokens` packed image tokens (Flux: latents (B, C, 2r, 2c) with r x c = image_tokens
+  /// the most square grid) and `text_tokens` text embeddings (B, text_tokens, J), pooled (B, P).
+  /// For benchmarks and profiling. Throws std::invalid_argument for counts < 1.
+  virtual Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
+                                at::Generator& generator, const at::Device& device) = 0;
 
   /// Trainable parameters with their names (module paths).
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();

@@ -1,0 +1,85 @@
+// `remat bench`: training-step time and peak memory per checkpoint layout, with predictions.
+#include <iostream>
+#include <sstream>
+
+#include "command.h"
+#include "model_options.h"
+#include "remat/train/benchmark.h"
+
+namespace remat::cli {
+namespace {
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int run_bench(const std::vector<std::string>& args) {
+  CLI::App app{"Training-step time and peak memory per gradient-checkpointing layout (forward, "
+               "flow-matching loss, backward, AdamW step), each with the step model's prediction.",
+               "remat bench"};
+  ModelFlags model;
+  model.add_to(app);
+  train::BenchmarkOptions o;
+  std::string resolution, layouts, json, csv, svg;
+  auto* tokens_opt = app.add_option("--image-tokens", o.image_tokens, "Packed image tokens N_i")->capture_default_str();
+  app.add_option("--resolution", resolution, "Image size WxH instead of --image-tokens (Flux: N_i = (W/16)(H/16))")
+      ->excludes(tokens_opt);
+  app.add_option("--text-tokens", o.text_tokens, "Text tokens N_t")->capture_default_str();
+  app.add_option("--batch", o.batch, "Batch size B")->capture_default_str();
+  app.add_option("--dtype", o.dtype, "float32, or bfloat16 (bf16 weights + bf16 autocast)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
+  app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--lora-rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->capture_default_str();
+  app.add_option("--lora-target", o.lora_target, "Flux LoRA target preset")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0 = LibTorch's default)")->capture_default_str();
+  app.add_option("--layouts", layouts,
+                 "Comma list: off, N (interval), N/S (interval/stride), ffn, offload, auto:SIZE "
+                 "(e.g. auto:20GiB). Default: off,1,2,4,8,2/4,ffn,offload (CUDA only) and two auto "
+                 "budgets between the smallest possible and the keep-all predicted peak");
+  app.add_option("--steps", o.steps, "Measured steps per layout")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Warm-up rounds (one step per layout each)")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of weights and data")->capture_default_str();
+  app.add_option("--json", json, "Write the records as JSON here");
+  app.add_option("--csv", csv, "Write the records as CSV here");
+  app.add_option("--svg", svg, "Write a peak-memory vs step-time chart (SVG) here");
+  if (auto code = parse_or_exit(app, args)) return *code;
+
+  if (!resolution.empty()) {
+    int64_t w = 0, h = 0;
+    char x = 0;
+    std::istringstream in(resolution);
+    if (!(in >> w >> x >> h) || x != 'x' || w < 16 || h < 16 || w % 16 != 0 || h % 16 != 0 || !in.eof()) {
+      std::cerr << "error: --resolution must be WxH with W and H multiples of 16 (>= 16), got '"
+                << resolution << "'\n";
+      return 2;
+    }
+    o.image_tokens = (w / 16) * (h / 16);
+  }
+  o.model = model.spec();
+  o.layouts = split_commas(layouts);
+  try {
+    const auto report = train::run_benchmark(o, [](const std::string& line) { std::cerr << line << "\n"; });
+    std::cout << train::format_benchmark_table(report);
+    if (!json.empty()) train::write_file_atomic(json, train::benchmark_json(report));
+    if (!csv.empty()) train::write_file_atomic(csv, train::benchmark_csv(report));
+    if (!svg.empty()) train::write_file_atomic(svg, train::benchmark_svg(report));
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 2;
+  }
+  return 0;
+}
+
+REMAT_COMMAND("bench", "time and peak memory of training steps per checkpoint layout", run_bench);
+
+}  // namespace
+}  // namespace remat::cli

@@ -1,0 +1,116 @@
+#pragma once
+/// \file
+/// `remat bench`: training-step time and peak memory of a transformer under several checkpoint
+/// layouts, each next to what the step model (remat/train/auto_layout.h) predicts for it.
+/// Layouts are run round-robin (one step of each in turn, repeated) so drift in machine load
+/// hits every layout alike; times are medians.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remat/export.h"
+#include "remat/train/transformer.h"
+
+namespace remat::train {
+
+/// What to benchmark.
+struct BenchmarkOptions {
+  TransformerSpec model;
+  int64_t image_tokens = 256;
+  int64_t text_tokens = 64;
+  int64_t batch = 1;
+  /// "float32", or "bfloat16" (weights cast to bf16, forward under bf16 autocast).
+  std::string dtype = "float32";
+  /// "cpu" or "cuda".
+  std::string device = "cpu";
+  /// 0: full fine-tune; otherwise LoRA of this rank (alpha = rank) on `lora_target`.
+  int64_t lora_rank = 0;
+  /// Flux LoRA target preset; "default" = to_q, to_k, to_v, to_out.0 (as bench/flux_eager.py).
+  std::string lora_target = "default";
+  /// CPU threads; 0 keeps LibTorch's default.
+  int64_t threads = 0;
+  /// Layout names (see parse_benchmark_layout); empty: default_benchmark_layouts.
+  std::vector<std::string> layouts;
+  int64_t steps = 5;
+  int64_t warmup = 1;
+  uint64_t seed = 0;
+};
+
+/// A layout of the benchmark, parsed.
+struct BenchmarkLayout {
+  enum class Kind { Off, Chain, Ffn, Auto };
+  std::string name;          ///< as written
+  Kind kind = Kind::Off;
+  Layout layout;             ///< Chain: over every block, stacks joined
+  int64_t budget_bytes = 0;  ///< Auto
+};
+
+/// Parses one layout name for stacks of `stack_sizes` blocks: "off" (no checkpointing), "N"
+/// (interval N, SimpleTuner's layout per stack), "N/S" (interval N, stride S), "ffn" (torch-ffn:
+/// only feed-forward parts), "offload" (every block its own Offload checkpoint, unsloth),
+/// "auto:SIZE" (the planner at a budget, e.g. "auto:20GiB", "auto:512MiB", "auto:1000000";
+/// units B, KiB, MiB, GiB, KB, MB, GB). Throws std::invalid_argument naming the text and the
+/// valid forms.
+REMAT_API BenchmarkLayout parse_benchmark_layout(const std::string& name,
+                                                 const std::vector<int64_t>& stack_sizes);
+
+/// Parses "20GiB"-style sizes (see parse_benchmark_layout). Throws std::invalid_argument.
+REMAT_API int64_t parse_byte_size(const std::string& text);
+
+/// One row of the report.
+struct BenchmarkRecord {
+  std::string layout;            ///< as written in the layout list
+  std::string chosen;            ///< describe_layout of what ran (auto: the planner's choice)
+  double median_step_s = 0.0;
+  double median_forward_s = 0.0;
+  double median_backward_s = 0.0;
+  double median_optimizer_s = 0.0;
+  int64_t peak_bytes = 0;        ///< max over measured steps of the absolute step peak
+  int64_t predicted_peak_bytes = 0;
+  double predicted_step_s = 0.0;
+  /// 100 (predicted - measured) / measured.
+  double peak_error_pct = 0.0;
+  int64_t budget_bytes = 0;      ///< auto only
+};
+
+/// The whole result.
+struct BenchmarkReport {
+  std::vector<BenchmarkRecord> records;
+  /// "key: value" lines: model, shapes, device, threads, versions.
+  std::vector<std::pair<std::string, std::string>> facts;
+  /// Largest |peak_error_pct| over the records.
+  double worst_peak_error_pct = 0.0;
+  /// Overhead at the limit for layout "1" (when "1" and "off" both ran): step("1") /
+  /// (step("off") + the profiled forward time of every block), and the same with the measured
+  /// forward time of "off" (blocks + embedders + loss: an upper bound of what recomputation
+  /// repeats) in the denominator.
+  std::optional<double> overhead_ratio;
+  std::optional<double> overhead_ratio_measured_forward;
+};
+
+/// The default list: off,1,2,4,8,2/4,ffn, offload on CUDA, and two auto budgets at 1/3 and 2/3
+/// of the way from the smallest possible predicted peak to the keep-all predicted peak.
+REMAT_API std::vector<std::string> default_benchmark_layouts(bool cuda, int64_t min_peak_bytes,
+                                                             int64_t keep_all_peak_bytes);
+
+/// Runs the benchmark; `log` gets progress lines (may be empty). Needs CPU memory tracking
+/// installed for a CPU run. Throws std::invalid_argument / c10::Error for bad options.
+REMAT_API BenchmarkReport run_benchmark(const BenchmarkOptions& options,
+                                        const std::function<void(const std::string&)>& log = {});
+
+/// A fixed-width text table of the records (and the overhead line).
+REMAT_API std::string format_benchmark_table(const BenchmarkReport& report);
+/// JSON: a list of one object per record (fields of BenchmarkRecord).
+REMAT_API std::string benchmark_json(const BenchmarkReport& report);
+/// CSV with a header row, the same fields.
+REMAT_API std::string benchmark_csv(const BenchmarkReport& report);
+/// A self-contained SVG scatter chart: peak memory (y) against step time (x), one labelled point
+/// per layout.
+REMAT_API std::string benchmark_svg(const BenchmarkReport& report);
+/// Writes `text` to `path` through a temporary file and a rename.
+REMAT_API void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace remat::train

@@ -1,0 +1,301 @@
+// `remat bench`: layouts run round-robin on one model, with the step model's predictions.
+#include "remat/train/benchmark.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/Exception.h>
+#include <torch/optim/adamw.h>
+#include <torch/torch.h>
+
+#include "remat/memory.h"
+#include "remat/train/auto_layout.h"
+#include "remat/train/step.h"
+
+namespace remat::train {
+namespace {
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+bool all_digits(const std::string& text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+[[noreturn]] void bad_layout(const std::string& name, const std::string& why) {
+  throw std::invalid_argument("[bench] layout must be off, N, N/S, ffn, offload or auto:SIZE (e.g. "
+                              "auto:20GiB), got '" + name + "'" + (why.empty() ? "" : ": " + why));
+}
+
+std::string format_size_for_name(int64_t bytes) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  if (bytes >= (int64_t{1} << 30)) {
+    out << static_cast<double>(bytes) / (1 << 30) << "GiB";
+  } else {
+    out << static_cast<double>(bytes) / (1 << 20) << "MiB";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) ++pos;
+  const std::string number = text.substr(0, pos), unit = text.substr(pos);
+  static const std::map<std::string, double> units = {
+      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
+      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
+  const auto it = units.find(unit);
+  double value = 0.0;
+  try {
+    value = number.empty() ? -1.0 : std::stod(number);
+  } catch (const std::exception&) {
+    value = -1.0;
+  }
+  if (it == units.end() || !(value > 0.0)) {
+    throw std::invalid_argument("[bench] size must be a positive number with an optional unit (B, KiB, "
+                                "MiB, GiB, KB, MB, GB), got '" + text + "'");
+  }
+  return static_cast<int64_t>(std::llround(value * it->second));
+}
+
+BenchmarkLayout parse_benchmark_layout(const std::string& name, const std::vector<int64_t>& stack_sizes) {
+  BenchmarkLayout out;
+  out.name = name;
+  if (name == "off") {
+    out.kind = BenchmarkLayout::Kind::Off;
+    return out;
+  }
+  if (name == "ffn") {
+    out.kind = BenchmarkLayout::Kind::Ffn;
+    return out;
+  }
+  if (name.rfind("auto:", 0) == 0) {
+    out.kind = BenchmarkLayout::Kind::Auto;
+    try {
+      out.budget_bytes = parse_byte_size(name.substr(5));
+    } catch (const std::invalid_argument& e) {
+      bad_layout(name, e.what());
+    }
+    return out;
+  }
+  out.kind = BenchmarkLayout::Kind::Chain;
+  std::vector<Layout> stacks;
+  if (name == "offload") {
+    for (int64_t size : stack_sizes) stacks.push_back(layout_from_interval(size, 1, std::nullopt, Backend::Offload));
+  } else {
+    const auto slash = name.find('/');
+    const std::string interval_text = name.substr(0, slash);
+    const std::string stride_text = slash == std::string::npos ? "" : name.substr(slash + 1);
+    if (!all_digits(interval_text) || (slash != std::string::npos && !all_digits(stride_text))) bad_layout(name, "");
+    const int64_t interval = std::stoll(interval_text);
+    std::optional<int64_t> stride;
+    if (!stride_text.empty()) stride = std::stoll(stride_text);
+    if (interval < 1 || (stride && *stride < interval)) {
+      bad_layout(name, "the interval must be >= 1 and the stride >= the interval");
+    }
+    for (int64_t size : stack_sizes) {
+      // SimpleTuner: interval 1 is per-block checkpointing and ignores the stride.
+      stacks.push_back(size == 0 ? Layout{}
+                                 : layout_from_interval(size, std::min(interval, size),
+                                                        interval == 1 ? std::nullopt : stride));
+    }
+  }
+  out.layout = join_stack_layouts(stacks);
+  return out;
+}
+
+std::vector<std::string> default_benchmark_layouts(bool cuda, int64_t min_peak_bytes,
+                                                   int64_t keep_all_peak_bytes) {
+  std::vector<std::string> names = {"off", "1", "2", "4", "8", "2/4", "ffn"};
+  if (cuda) names.push_back("offload");
+  const int64_t span = std::max<int64_t>(0, keep_all_peak_bytes - min_peak_bytes);
+  for (int i = 1; i <= 2; ++i) {
+    // When every layout has the same peak (the optimizer step dominates) both budgets coincide.
+    const std::string name = "auto:" + format_size_for_name(min_peak_bytes + span * i / 3);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<void(const std::string&)>& log_fn) {
+  const auto log = [&](const std::string& line) {
+    if (log_fn) log_fn(line);
+  };
+  TORCH_CHECK_VALUE(o.device == "cpu" || o.device == "cuda", "[bench] device must be cpu or cuda, got '",
+                    o.device, "'");
+  TORCH_CHECK_VALUE(o.dtype == "float32" || o.dtype == "bfloat16",
+                    "[bench] dtype must be float32 or bfloat16, got '", o.dtype, "'");
+  TORCH_CHECK_VALUE(o.steps >= 1, "[bench] steps must be >= 1, got ", o.steps);
+  TORCH_CHECK_VALUE(o.warmup >= 0, "[bench] warmup must be >= 0, got ", o.warmup);
+  TORCH_CHECK_VALUE(o.lora_rank >= 0, "[bench] lora_rank must be >= 0 (0 = full fine-tune), got ", o.lora_rank);
+  TORCH_CHECK_VALUE(o.threads >= 0, "[bench] threads must be >= 0 (0 = LibTorch's default), got ", o.threads);
+  const at::Device device(o.device == "cuda" ? at::kCUDA : at::kCPU);
+  TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(),
+                    "[bench] device must be cpu on this machine (no CUDA device available), got 'cuda'");
+  if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
+  torch::manual_seed(o.seed);
+
+  auto model = make_transformer(o.model, device);
+  const bool bf16 = o.dtype == "bfloat16";
+  if (bf16) model->module().to(at::kBFloat16);
+  if (o.lora_rank > 0) model->apply_lora(o.lora_target, o.lora_rank, static_cast<double>(o.lora_rank));
+  model->module().train();
+  std::vector<at::Tensor> params;
+  int64_t trainable_count = 0;
+  for (const auto& [name, p] : model->trainable_parameters()) {
+    params.push_back(p);
+    trainable_count += p.numel();
+  }
+  TORCH_CHECK_VALUE(!params.empty(), "[bench] the model has no trainable parameters");
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-5));
+  at::Generator generator = at::detail::createCPUGenerator(o.seed);
+  const Batch batch = model->synthetic_batch(o.batch, o.image_tokens, o.text_tokens, generator, device);
+  StepSettings settings;
+  if (bf16) settings.autocast = at::kBFloat16;
+  const std::vector<int64_t> stacks = model->stack_sizes();
+  for (const auto& name : o.layouts) parse_benchmark_layout(name, stacks);  // fail before any step
+
+  // A first step (optimizer state, allocator, lazy initialisation), then the step model.
+  CheckpointingSpec per_block;
+  per_block.enabled = true;
+  model->configure_checkpointing(per_block);
+  run_training_step(*model, optimizer, params, batch, settings, generator);
+  StepProfileOptions profile_options;
+  profile_options.ffn = true;
+  log("[bench] profiling the step");
+  const StepModel step_model = profile_step(*model, optimizer, params, batch, settings, generator, profile_options);
+  const Layout keep_all = layout_keep_all(step_model.chain.num_blocks());
+  const int64_t keep_all_peak = predict(step_model.chain, keep_all).peak_bytes;
+  const int64_t min_peak = plan_layout(step_model.chain, 1).min_possible_peak;
+
+  const std::vector<std::string> names =
+      o.layouts.empty() ? default_benchmark_layouts(device.is_cuda(), min_peak, keep_all_peak) : o.layouts;
+  std::vector<BenchmarkLayout> layouts;
+  std::vector<BenchmarkRecord> records;
+  for (const auto& name : names) {
+    BenchmarkLayout l = parse_benchmark_layout(name, stacks);
+    BenchmarkRecord r;
+    r.layout = name;
+    Prediction prediction;
+    switch (l.kind) {
+      case BenchmarkLayout::Kind::Off:
+        prediction = predict(step_model.chain, keep_all);
+        r.chosen = "off";
+        break;
+      case BenchmarkLayout::Kind::Ffn:
+        prediction = predict(*step_model.ffn_chain, keep_all);
+        r.chosen = "ffn (torch-ffn: feed-forward parts checkpointed in every block)";
+        break;
+      case BenchmarkLayout::Kind::Chain:
+        prediction = predict(step_model.chain, l.layout);
+        r.chosen = describe_layout(l.layout);
+        break;
+      case BenchmarkLayout::Kind::Auto: {
+        PlannerOptions planner;
+        const PlanResult plan = plan_layout(step_model.chain, l.budget_bytes, planner);
+        l.layout = plan.layout;
+        prediction = plan.prediction;
+        r.budget_bytes = l.budget_bytes;
+        r.chosen = describe_layout(plan.layout) + (plan.fits ? "" : " (nothing fits: smallest peak)");
+        log("[bench] " + name + " " + describe_plan(plan));
+        break;
+      }
+    }
+    r.predicted_peak_bytes = prediction.peak_bytes;
+    r.predicted_step_s = prediction.step_s;
+    layouts.push_back(l);
+    records.push_back(r);
+  }
+
+  const auto apply = [&](const BenchmarkLayout& l) {
+    CheckpointingSpec spec;
+    spec.enabled = l.kind != BenchmarkLayout::Kind::Off;
+    if (l.kind == BenchmarkLayout::Kind::Ffn) spec.backend = "torch-ffn";
+    if (l.kind == BenchmarkLayout::Kind::Chain || l.kind == BenchmarkLayout::Kind::Auto) {
+      spec.layouts = split_stack_layout(l.layout, stacks);
+    }
+    model->configure_checkpointing(spec);
+  };
+  std::vector<std::vector<StepMeasurement>> samples(layouts.size());
+  for (int64_t round = 0; round < o.warmup + o.steps; ++round) {
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      apply(layouts[i]);
+      const StepMeasurement m = run_training_step(*model, optimizer, params, batch, settings, generator);
+      if (round >= o.warmup) samples[i].push_back(m);
+    }
+    log("[bench] round " + std::to_string(round + 1) + " of " + std::to_string(o.warmup + o.steps) +
+        (round < o.warmup ? " (warm-up)" : ""));
+  }
+
+  BenchmarkReport report;
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    BenchmarkRecord& r = records[i];
+    std::vector<double> step, fwd, bwd, opt;
+    for (const auto& m : samples[i]) {
+      step.push_back(m.step_s);
+      fwd.push_back(m.forward_s);
+      bwd.push_back(m.backward_s);
+      opt.push_back(m.optimizer_s);
+      r.peak_bytes = std::max(r.peak_bytes, m.peak_bytes);
+    }
+    r.median_step_s = median(step);
+    r.median_forward_s = median(fwd);
+    r.median_backward_s = median(bwd);
+    r.median_optimizer_s = median(opt);
+    r.peak_error_pct = r.peak_bytes > 0 ? 100.0 * static_cast<double>(r.predicted_peak_bytes - r.peak_bytes) /
+                                              static_cast<double>(r.peak_bytes)
+                                        : 0.0;
+    report.worst_peak_error_pct = std::max(report.worst_peak_error_pct, std::abs(r.peak_error_pct));
+    report.records.push_back(r);
+  }
+  const auto find = [&](const std::string& name) -> const BenchmarkRecord* {
+    for (const auto& r : report.records) {
+      if (r.layout == name) return &r;
+    }
+    return nullptr;
+  };
+  if (const auto* per_block = find("1")) {
+    if (const auto* off = find("off")) {
+      double blocks_forward = 0.0;
+      for (double s : step_model.block_forward_s) blocks_forward += s;
+      report.overhead_ratio = per_block->median_step_s / (off->median_step_s + blocks_forward);
+      report.overhead_ratio_measured_forward =
+          per_block->median_step_s / (off->median_step_s + off->median_forward_s);
+    }
+  }
+
+  std::ostringstream shape;
+  shape << "batch " << o.batch << ", " << o.image_tokens << " image + " << o.text_tokens << " text tokens, "
+        << o.dtype << (bf16 ? " (bf16 weights, bf16 autocast)" : "");
+  std::ostringstream blocks;
+  for (size_t i = 0; i < stacks.size(); ++i) blocks << (i ? " + " : "") << stacks[i];
+  report.facts = {
+      {"model", o.model.family + " " + (o.model.config_json ? *o.model.config_json : o.model.preset) +
+                    " (" + blocks.str() + " blocks)"},
+      {"shape", shape.str()},
+      {"training", o.lora_rank == 0 ? "full fine-tune" : "LoRA rank " + std::to_string(o.lora_rank) +
+                                                             " on '" + o.lora_target + "'"},
+      {"trainable parameters", std::to_string(trainable_count)},
+      {"device", o.device + (device.is_cpu() ? ", " + std::to_string(at::get_num_threads()) + " threads" : "")},
+      {"LibTorch", TORCH_VERSION},
+      {"measurement", std::to_string(o.steps) + " steps after " + std::to_string(o.warmup) +
+                          " warm-up rounds, layouts interleaved round-robin; medians; peak = max of "
+                          "the steps' absolute peaks (memory::peak_bytes after a reset at step start)"},
+  };
+  return report;
+}
+
+}  // namespace remat::train
