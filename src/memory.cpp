@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -52,7 +53,19 @@ class TrackingAllocator final : public c10::Allocator {
  public:
   explicit TrackingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t nbytes) const override {
+  // LibTorch 1.13 declares `allocate` const; 2.x made it non-const and added `copy_data`. Both
+  // forms are defined without `override`: on each version one of them overrides the base and
+  // the other is an ordinary member function.
+  c10::DataPtr allocate(size_t nbytes) { return allocate_tracked(nbytes); }
+  c10::DataPtr allocate(size_t nbytes) const { return allocate_tracked(nbytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const {
+    std::memcpy(dest, src, count);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_tracked; }
+
+ private:
+  c10::DataPtr allocate_tracked(size_t nbytes) const {
     void* base = inner_->raw_allocate(nbytes + kHeader);
     static_cast<Header*>(base)->bytes = static_cast<int64_t>(nbytes);
     const int64_t now =
@@ -63,9 +76,6 @@ class TrackingAllocator final : public c10::Allocator {
     return {data, data, &delete_tracked, c10::Device(c10::DeviceType::CPU)};
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return &delete_tracked; }
-
- private:
   c10::Allocator* inner_;
 };
 
