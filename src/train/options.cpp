@@ -276,12 +276,13 @@ std::vector<OptionSpec> build_registry() {
                "use contiguous chunks. unsloth needs CUDA: on CPU the saved tensors stay in place."));
   add(Opt(kCkpt, "gradient_checkpointing_memory_budget", T::Bytes,
           bind(&C::gradient_checkpointing_memory_budget, /*bytes=*/true),
-          "Activation memory budget for gradient_checkpointing_interval=auto, e.g. 20GiB, 512MiB, "
-          "1.5GB")
+          "Peak memory budget of a training step (weights, gradients, optimizer state and "
+          "activations) for gradient_checkpointing_interval=auto, e.g. 20GiB, 512MiB, 1.5GB")
       .min(1).nullable().checkpointing()
       .depends("gradient_checkpointing", "true").depends("gradient_checkpointing_interval", "auto")
-      .tooltip("The budget planner picks the chunk size and stride so that the predicted "
-               "activation memory fits this budget. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
+      .tooltip("The budget planner chooses, per block, keep / recompute / offload so that the "
+               "predicted peak of the whole step fits this budget with the least predicted step "
+               "time. Unset: what the device has free. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
                "powers of 1000."));
   // ---- Data and output ----
   add(Opt(kData, "instance_data_dir", T::Path, bind(&C::instance_data_dir),
