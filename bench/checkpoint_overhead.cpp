@@ -4,7 +4,7 @@
 // where forward is timed with grad enabled, as recomputation runs. 1.00 means the checkpoint
 // machinery itself is free. Layouts are interleaved and the median of each is reported.
 //
-// usage: checkpoint_overhead [blocks=8] [tokens=512] [width=256] [steps=10] [threads=2]
+// usage: checkpoint_overhead [blocks=8] [tokens=512] [width=256] [steps=10] [threads=1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   remat::memory::install_cpu_tracking();
   const auto arg = [&](int i, int64_t fallback) { return argc > i ? std::atoll(argv[i]) : fallback; };
   const int64_t blocks = arg(1, 8), tokens = arg(2, 512), width = arg(3, 256), steps = arg(4, 10);
-  torch::set_num_threads(static_cast<int>(arg(5, 2)));
+  torch::set_num_threads(static_cast<int>(arg(5, 1)));  // see docs/PERFORMANCE.md, "Threads"
   torch::manual_seed(0);
 
   std::vector<std::shared_ptr<Block>> chain;

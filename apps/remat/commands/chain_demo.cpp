@@ -33,7 +33,7 @@ int run_demo(const std::vector<std::string>& args) {
                "and step time.",
                "remat chain-demo"};
   int64_t blocks = 8, width = 256, tokens = 4096, steps = 5;
-  int threads = 2;
+  int threads = 1;  // OpenBLAS threads the matmuls itself (docs/PERFORMANCE.md, "Threads")
   app.add_option("--blocks", blocks, "Number of blocks in the chain")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--width", width, "Block width (hidden 4x)")->check(CLI::Range(1, 65536))->capture_default_str();
   app.add_option("--tokens", tokens, "Rows of the input")->check(CLI::Range(1, 1 << 24))->capture_default_str();
