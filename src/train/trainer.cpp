@@ -306,9 +306,13 @@ std::string Trainer::save_weights() {
     for (const auto& [key, tensor] : models::lora_state_dict(model_->module())) {
       entries.emplace_back(key, tensor.detach());
     }
-    const nlohmann::json adapter{{"r", config_.lora_rank},
-                                 {"lora_alpha", config_.lora_alpha_value()},
-                                 {"target", config_.model_family == "flux" ? config_.flux_lora_target : "default"}};
+    // diffusers' pipeline-level LoRA metadata: the PEFT LoraConfig fields, prefixed with the
+    // component they belong to, as JSON under "lora_adapter_metadata".
+    const std::string target = config_.model_family == "flux" ? config_.flux_lora_target : "default";
+    const nlohmann::json adapter{
+        {"transformer.r", config_.lora_rank},
+        {"transformer.lora_alpha", config_.lora_alpha_value()},
+        {"transformer.target_modules", models::lora_target_preset(config_.model_family, target)}};
     const std::map<std::string, std::string> metadata{
         {"format", "pt"},
         {"lora_rank", std::to_string(config_.lora_rank)},

@@ -137,6 +137,10 @@ TEST_F(TrainerTest, LoraFileUsesPeftKeysAndReloads) {
   }
   EXPECT_EQ(file.metadata().at("lora_alpha"), "8.0");
   EXPECT_EQ(file.metadata().at("lora_rank"), "4");
+  const auto adapter = nlohmann::json::parse(file.metadata().at("lora_adapter_metadata"));
+  EXPECT_EQ(adapter.at("transformer.r").get<int64_t>(), 4);
+  EXPECT_EQ(adapter.at("transformer.lora_alpha").get<double>(), 8.0);
+  EXPECT_EQ(adapter.at("transformer.target_modules").size(), models::lora_target_preset("flux", "all").size());
 
   // Loading the file into a fresh LoRA model gives back the trained factors, and B moved from 0.
   torch::manual_seed(99);
