@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/io/safetensors.h"
+#include "temp_dir.h"
 #include "remat/memory.h"
 
 namespace fs = std::filesystem;
@@ -25,29 +26,17 @@ namespace {
 // A fresh directory per test, removed afterwards.
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    torch::manual_seed(0);
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() /
-           ("remat_io_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-            std::to_string(rd()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void SetUp() override { torch::manual_seed(0); }
+  std::string path(const std::string& name) const { return dir_ / name; }
 
   std::vector<std::string> dir_entries() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(dir_)) out.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir_.path())) out.push_back(e.path().filename().string());
     std::sort(out.begin(), out.end());
     return out;
   }
 
-  fs::path dir_;
+  remat::testing::TempDir dir_{"remat_io"};
 };
 
 std::string read_bytes(const std::string& path) {
@@ -356,7 +345,7 @@ TEST_F(SafetensorsTest, CorruptFilesGiveClearErrors) {
 
   expect_error([&] { SafetensorsFile::open(path("does_not_exist.safetensors")); },
                {path("does_not_exist.safetensors"), "No such file or directory"});
-  expect_error([&] { SafetensorsFile::open(dir_.string()); }, {"not a regular file"});
+  expect_error([&] { SafetensorsFile::open(dir_.str()); }, {"not a regular file"});
 
   remat::io::save_safetensors(path("ok.safetensors"), {{"w", torch::ones({1})}});
   expect_error([&] { SafetensorsFile::open(path("ok.safetensors")).info("nope"); },

@@ -11,6 +11,7 @@
 
 #include "remat/io/safetensors.h"
 #include "remat/train/data.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using remat::train::LatentDataset;
@@ -20,22 +21,10 @@ namespace {
 
 class DataTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    torch::manual_seed(0);
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() /
-           ("remat_data_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
-            std::to_string(rd()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string sub(const std::string& name) const { return (dir_ / name).string(); }
+  void SetUp() override { torch::manual_seed(0); }
+  std::string sub(const std::string& name) const { return dir_ / name; }
 
-  fs::path dir_;
+  remat::testing::TempDir dir_{"remat_data"};
 };
 
 void expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {

@@ -13,6 +13,7 @@
 #include "remat/train/config.h"
 #include "remat/train/data.h"
 #include "remat/train/trainer.h"
+#include "temp_dir.h"
 
 namespace remat::train {
 namespace {
@@ -21,11 +22,6 @@ namespace fs = std::filesystem;
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("remat-trainer-test-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
     DemoDatasetOptions options;
     options.sizes = {{8, 8}};  // 16 packed tokens
     options.text_tokens = 8;
@@ -34,7 +30,6 @@ class TrainerTest : public ::testing::Test {
     options.num_captions = 4;
     make_demo_dataset((root_ / "data").string(), LatentFamily::Flux, 16, 7, options);
   }
-  void TearDown() override { fs::remove_all(root_); }
 
   // A validated config for flux-tiny on the test data.
   TrainConfig config(const std::string& output, std::vector<std::string> extra = {}) {
@@ -65,7 +60,8 @@ class TrainerTest : public ::testing::Test {
     return out;
   }
 
-  fs::path root_;
+  remat::testing::TempDir dir_{"remat_trainer"};
+  const fs::path& root_ = dir_.path();
 };
 
 // 10 steps in one run equal 5 steps, an interruption (Ctrl-C path), a resume and 5 more, bit for
@@ -186,8 +182,8 @@ namespace remat::train {
 namespace {
 
 TEST(MageFlowTraining, TrainsOnPackedBatchesAndSavesPeftLora) {
-  const fs::path root = fs::temp_directory_path() / ("remat-mageflow-train-" + std::to_string(::getpid()));
-  fs::remove_all(root);
+  remat::testing::TempDir dir("remat_mageflow_train");
+  const fs::path& root = dir.path();
   DemoDatasetOptions options;
   options.sizes = {{4, 4}};
   options.text_tokens = 6;
@@ -211,7 +207,6 @@ TEST(MageFlowTraining, TrainsOnPackedBatchesAndSavesPeftLora) {
   // SimpleTuner's MageFlow default target includes the text-side projections.
   EXPECT_TRUE(file.contains("transformer.transformer_blocks.0.attn.add_q_proj.lora_A.weight"));
   EXPECT_TRUE(file.contains("transformer.transformer_blocks.1.attn.to_out.0.lora_B.weight"));
-  fs::remove_all(root);
 }
 
 // gradient_checkpointing_interval=auto: one describe_plan line, every step's tracked peak within

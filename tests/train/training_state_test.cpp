@@ -8,26 +8,13 @@
 
 #include "remat/train/progress.h"
 #include "remat/train/training_state.h"
+#include "temp_dir.h"
 
 namespace remat::train {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("remat-state-test-" + std::to_string(::getpid()) + "-" +
-                                         std::to_string(counter_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  fs::path path() const { return path_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path path_;
-};
+using remat::testing::TempDir;
 
 std::vector<std::pair<std::string, at::Tensor>> named(const torch::nn::Module& m) {
   std::vector<std::pair<std::string, at::Tensor>> out;
