@@ -37,12 +37,6 @@ namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
 
-std::string join(const std::vector<std::string>& items, const std::string& separator) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
-  return out;
-}
-
 // The mixed-precision region of one forward pass: bf16 autocast on the run's device.
 detail::AutocastSnapshot autocast_for(const TrainConfig& config, const at::Device& device) {
   detail::AutocastSnapshot s = detail::AutocastSnapshot::capture();
