@@ -43,6 +43,26 @@ void load_weights(torch::nn::Module& module, const std::optional<std::string>& w
   io::load_state_dict_into(module, *weights);  // strict: names every missing/unexpected key
 }
 
+// Shared by the families' synthetic_batch: counts must be >= 1.
+void check_synthetic_counts(const std::string& family, int64_t batch, int64_t image_tokens,
+                            int64_t text_tokens) {
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", batch},
+                                    {"image_tokens", image_tokens},
+                                    {"text_tokens", text_tokens}}) {
+    if (value < 1) {
+      throw std::invalid_argument("[" + family + "] " + name + " must be >= 1, got " +
+                                  std::to_string(value));
+    }
+  }
+}
+
+// Rows of the most square rows x cols grid with rows * cols = tokens (rows <= cols).
+int64_t squarest_rows(int64_t tokens) {
+  int64_t rows = static_cast<int64_t>(std::sqrt(static_cast<double>(tokens)));
+  while (rows > 1 && tokens % rows != 0) --rows;
+  return rows;
+}
+
 // Both models expose SimpleTuner's checkpointing controls under the same names; only the number
 // of block stacks (explicit layouts) differs.
 template <typename Model, typename SetLayouts>
@@ -175,19 +195,9 @@ class FluxTransformer final : public Transformer {
 
   Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
                         at::Generator& generator, const at::Device& device) override {
-    for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", batch},
-                                      {"image_tokens", image_tokens},
-                                      {"text_tokens", text_tokens}}) {
-      if (value < 1) {
-        throw std::invalid_argument(std::string("[flux] ") + name + " must be >= 1, got " +
-                                    std::to_string(value));
-      }
-    }
+    check_synthetic_counts("flux", batch, image_tokens, text_tokens);
     const auto& config = model_->config();
-    // The most square rows x cols grid with rows * cols = image_tokens (rows <= cols).
-    int64_t rows = static_cast<int64_t>(std::sqrt(static_cast<double>(image_tokens)));
-    while (rows > 1 && image_tokens % rows != 0) --rows;
-    const int64_t cols = image_tokens / rows;
+    const int64_t rows = squarest_rows(image_tokens), cols = image_tokens / rows;
     TORCH_CHECK_VALUE(config.in_channels % 4 == 0, "[flux] in_channels must be a multiple of 4 "
                       "(2x2-packed latents), got ", config.in_channels);
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -328,18 +338,9 @@ class MageFlowTransformer final : public Transformer {
 
   Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
                         at::Generator& generator, const at::Device& device) override {
-    for (const auto& [name, value] : {std::pair<const char*, int64_t>{"batch", batch},
-                                      {"image_tokens", image_tokens},
-                                      {"text_tokens", text_tokens}}) {
-      if (value < 1) {
-        throw std::invalid_argument(std::string("[mageflow] ") + name + " must be >= 1, got " +
-                                    std::to_string(value));
-      }
-    }
+    check_synthetic_counts("mageflow", batch, image_tokens, text_tokens);
     const auto& config = model_->config();
-    // One latent pixel is one token: the most square h x w grid with h * w = image_tokens.
-    int64_t rows = static_cast<int64_t>(std::sqrt(static_cast<double>(image_tokens)));
-    while (rows > 1 && image_tokens % rows != 0) --rows;
+    const int64_t rows = squarest_rows(image_tokens);  // one latent pixel is one token
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
     Batch out;
     out.latents = at::randn({batch, config.in_channels, rows, image_tokens / rows}, generator, f32).to(device);
