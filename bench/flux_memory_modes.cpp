@@ -65,7 +65,7 @@ Chain analytical_chain(const models::FluxConfig& c, int64_t B, int64_t n_img, in
 
 int main(int argc, char** argv) {
   memory::install_cpu_tracking();
-  torch::set_num_threads(2);
+  torch::set_num_threads(1);  // see docs/PERFORMANCE.md, "Threads"
   const std::string preset = argc > 1 ? argv[1] : "flux-small";
   const int64_t n_img = argc > 2 ? std::atoll(argv[2]) : 256, n_txt = argc > 3 ? std::atoll(argv[3]) : 64;
   const int64_t steps = argc > 4 ? std::atoll(argv[4]) : 3;
@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
     return split_layout(layout_from_interval(chain.num_blocks(), s.interval.value_or(1), s.segment_stride),
                         chain.forced_boundaries);
   };
-  std::printf("%s LoRA r16 step, B=%lld, %lld image + %lld text tokens, float32, 2 threads; fixed "
+  std::printf("%s LoRA r16 step, B=%lld, %lld image + %lld text tokens, float32, 1 thread; fixed "
               "bytes (weights, LoRA grads, AdamW state) %s\n",
               preset.c_str(), static_cast<long long>(B), static_cast<long long>(n_img),
               static_cast<long long>(n_txt), memory::format_bytes(fixed).c_str());
