@@ -5,10 +5,13 @@
 
 #include <c10/util/Exception.h>
 
+#include "detail/run_blocks.h"
 #include "remat/checkpoint.h"
 
 namespace remat {
 namespace {
+
+constexpr const char* kComponent = "checkpoint_sequential_state";
 
 void validate(int64_t num_blocks, int64_t segment_size, std::optional<int64_t> segment_stride) {
   if (num_blocks < 0) {
@@ -24,15 +27,6 @@ void validate(int64_t num_blocks, int64_t segment_size, std::optional<int64_t> s
         "[checkpoint_sequential_state] segment_stride must be >= segment_size (" +
         std::to_string(segment_size) + "), got " + std::to_string(*segment_stride));
   }
-}
-
-// Runs one block and checks that it kept the shape of the state (the number of tensors).
-Tensors run_checked(const RunBlock& run_block, int64_t index, const Tensors& state) {
-  Tensors next = run_block(index, state);
-  TORCH_CHECK(next.size() == state.size(), "[checkpoint_sequential_state] block ", index,
-              " returned ", next.size(), " state tensors, expected ", state.size(),
-              " (a block must return as many state tensors as it receives)");
-  return next;
 }
 
 }  // namespace
@@ -64,17 +58,13 @@ Tensors checkpoint_sequential_state(int64_t num_blocks, int64_t segment_size, Te
     const int64_t begin = window.begin;
     const int64_t end = window.checkpoint_end;
     SegmentFn segment = [block, begin, end](const Tensors& segment_state) {
-      Tensors current = segment_state;
-      for (int64_t k = begin; k < end; ++k) current = run_checked(*block, k, current);
-      return current;
+      return detail::run_blocks(*block, begin, end, segment_state, kComponent);
     };
     const size_t expected = state.size();
     state = checkpoint_fn(segment, state);
     TORCH_CHECK(state.size() == expected, "[checkpoint_sequential_state] the checkpoint of blocks [",
                 begin, ", ", end, ") returned ", state.size(), " state tensors, expected ", expected);
-    for (int64_t k = window.checkpoint_end; k < window.end; ++k) {
-      state = run_checked(run_block, k, state);
-    }
+    state = detail::run_blocks(run_block, window.checkpoint_end, window.end, std::move(state), kComponent);
   }
   return state;
 }

@@ -6,6 +6,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "detail/run_blocks.h"
+
 namespace remat {
 
 const char* block_mode_name(BlockMode mode) {
@@ -94,13 +96,7 @@ Tensors run_layout(const Layout& layout, Tensors state, const RunBlock& run_bloc
   if (!run_block) throw std::invalid_argument("[run_layout] run_block is empty");
   auto block = std::make_shared<const RunBlock>(run_block);
   const auto run_range = [block](int64_t begin, int64_t end, Tensors current) {
-    for (int64_t k = begin; k < end; ++k) {
-      Tensors next = (*block)(k, current);
-      TORCH_CHECK(next.size() == current.size(), "[run_layout] block ", k, " returned ",
-                  next.size(), " state tensors, expected ", current.size());
-      current = std::move(next);
-    }
-    return current;
+    return detail::run_blocks(*block, begin, end, std::move(current), "run_layout");
   };
   for (const auto& segment : layout.segments) {
     if (segment.mode == BlockMode::Keep) {

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "remat/compat.h"
+#include "remat/models/checkpointing.h"
 
 namespace remat::models {
 
@@ -134,14 +135,7 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(
     at::Tensor c_out = c + mc[5] * ff_context->forward(modulate(c, mc[3], mc[4]));
     return {x_out, clip_fp16(c_out)};
   };
-  Tensors out;
-  if (checkpoint_ffn.has_value()) {
-    CheckpointOptions options;
-    options.backend = *checkpoint_ffn;
-    out = remat::checkpoint(ffn, {x_attn, c_attn}, options);
-  } else {
-    out = ffn({x_attn, c_attn});
-  }
+  const Tensors out = run_block_part(ffn, {x_attn, c_attn}, checkpoint_ffn);
   return {out[1], out[0]};
 }
 
@@ -169,12 +163,7 @@ at::Tensor FluxSingleTransformerBlockImpl::forward(const at::Tensor& s, const at
     const at::Tensor y = proj_out->forward(at::cat({in[2], mlp}, -1));
     return {clip_fp16(in[0] + gate * y)};
   };
-  if (checkpoint_ffn.has_value()) {
-    CheckpointOptions options;
-    options.backend = *checkpoint_ffn;
-    return remat::checkpoint(ffn, {s, s_mod, attn_out}, options)[0];
-  }
-  return ffn({s, s_mod, attn_out})[0];
+  return run_block_part(ffn, {s, s_mod, attn_out}, checkpoint_ffn)[0];
 }
 
 }  // namespace remat::models

@@ -70,4 +70,11 @@ Layout GradientCheckpointing::layout_for(size_t stack, int64_t num_blocks) const
   return layout_from_interval(num_blocks, interval, stride, base_backend());
 }
 
+Tensors run_block_part(const SegmentFn& part, const Tensors& inputs, std::optional<Backend> backend) {
+  if (!backend) return part(inputs);
+  CheckpointOptions options;
+  options.backend = *backend;
+  return remat::checkpoint(part, inputs, options);
+}
+
 }  // namespace remat::models

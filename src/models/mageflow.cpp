@@ -228,14 +228,7 @@ std::pair<at::Tensor, at::Tensor> MageFlowTransformerBlockImpl::forward(
     at::Tensor c = in[1] + mt[5] * txt_mlp->forward(modulate(in[1], mt[3], mt[4]));
     return {clip_fp16(x), clip_fp16(c)};
   };
-  Tensors out;
-  if (checkpoint_ffn.has_value()) {
-    CheckpointOptions options;
-    options.backend = *checkpoint_ffn;
-    out = remat::checkpoint(ffn, {img_res, txt_res}, options);
-  } else {
-    out = ffn({img_res, txt_res});
-  }
+  const Tensors out = run_block_part(ffn, {img_res, txt_res}, checkpoint_ffn);
   return {out[1], out[0]};
 }
 

@@ -21,6 +21,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "remat/memory.h"
+#include "detail/stats.h"
 
 namespace remat {
 namespace {
@@ -54,12 +55,6 @@ int64_t shared_bytes(const Tensors& inputs, const Tensors& outputs) {
     if (t.defined() && in.count(t.storage().unsafeGetStorageImpl()) > 0) shared.push_back(t);
   }
   return storage_bytes(shared);
-}
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
 // One forward and backward; see the comment at the top of the file.
@@ -196,8 +191,8 @@ BlockCost profile_block(const SegmentFn& block, const Tensors& state, const std:
     cost.parameter_grad_bytes = std::max(cost.parameter_grad_bytes, c.parameter_grad_bytes);
   }
   cost.kind = kind;
-  cost.forward_s = median(forward_s);
-  cost.backward_s = median(backward_s);
+  cost.forward_s = detail::median(forward_s);
+  cost.backward_s = detail::median(backward_s);
   return cost;
 }
 

@@ -16,16 +16,10 @@
 #include "remat/memory.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/step.h"
+#include "detail/stats.h"
 
 namespace remat::train {
 namespace {
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const size_t mid = values.size() / 2;
-  return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
 
 bool all_digits(const std::string& text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
@@ -251,10 +245,10 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<voi
       opt.push_back(m.optimizer_s);
       r.peak_bytes = std::max(r.peak_bytes, m.peak_bytes);
     }
-    r.median_step_s = median(step);
-    r.median_forward_s = median(fwd);
-    r.median_backward_s = median(bwd);
-    r.median_optimizer_s = median(opt);
+    r.median_step_s = detail::median(step);
+    r.median_forward_s = detail::median(fwd);
+    r.median_backward_s = detail::median(bwd);
+    r.median_optimizer_s = detail::median(opt);
     r.peak_error_pct = r.peak_bytes > 0 ? 100.0 * static_cast<double>(r.predicted_peak_bytes - r.peak_bytes) /
                                               static_cast<double>(r.peak_bytes)
                                         : 0.0;

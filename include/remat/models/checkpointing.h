@@ -87,4 +87,9 @@ class REMAT_API GradientCheckpointing {
   std::vector<Layout> layouts_;
 };
 
+/// Runs `part` of a block on `inputs`, inside one remat::checkpoint with `backend` when one is
+/// given (the "-ffn" scope checkpoints a block's feed-forward part this way), plainly otherwise.
+REMAT_API Tensors run_block_part(const SegmentFn& part, const Tensors& inputs,
+                                 std::optional<Backend> backend);
+
 }  // namespace remat::models
