@@ -2,6 +2,7 @@
 #include "remat/train/step.h"
 
 #include <chrono>
+#include <cmath>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
@@ -39,35 +40,52 @@ detail::AutocastSnapshot autocast_snapshot(const std::optional<at::ScalarType>& 
 }
 
 StepMeasurement run_training_step(Transformer& model, torch::optim::Optimizer& optimizer,
-                                  const std::vector<at::Tensor>& parameters, const Batch& batch,
+                                  const std::vector<at::Tensor>& parameters,
+                                  const std::vector<Batch>& micro_batches,
                                   const StepSettings& settings, at::Generator& generator) {
-  const c10::Device device = batch.latents.device();
+  TORCH_CHECK_VALUE(!micro_batches.empty(), "[step] needs at least one micro-batch");
+  const c10::Device device = micro_batches.front().latents.device();
+  const double n = static_cast<double>(micro_batches.size());
   for (auto p : parameters) p.mutable_grad().reset();
   synchronize_device(device);
   memory::reset_peak();
   StepMeasurement m;
   const auto start = std::chrono::steady_clock::now();
-  at::Tensor loss;
-  {
-    detail::AutocastGuard autocast(autocast_snapshot(settings.autocast, device));
-    loss = model.flow_matching_loss(batch, settings.flow, generator);
+  const auto autocast = autocast_snapshot(settings.autocast, device);
+  for (const Batch& batch : micro_batches) {
+    const auto forward_start = std::chrono::steady_clock::now();
+    at::Tensor loss;
+    {
+      detail::AutocastGuard mixed_precision(autocast);
+      loss = model.flow_matching_loss(batch, settings.flow, generator);
+    }
+    synchronize_device(device);
+    m.forward_s += since(forward_start);
+    const auto backward_start = std::chrono::steady_clock::now();
+    (loss / n).backward();
+    synchronize_device(device);
+    m.backward_s += since(backward_start);
+    m.loss += loss.item<double>() / n;
   }
-  synchronize_device(device);
-  m.forward_s = since(start);
-  const auto backward_start = std::chrono::steady_clock::now();
-  loss.backward();
-  synchronize_device(device);
-  m.backward_s = since(backward_start);
   const auto optimizer_start = std::chrono::steady_clock::now();
+  if (settings.max_grad_norm > 0 || settings.measure_grad_norm) {
+    const double max_norm = settings.max_grad_norm > 0 ? settings.max_grad_norm : INFINITY;
+    m.grad_norm = torch::nn::utils::clip_grad_norm_(parameters, max_norm);
+  }
   optimizer.step();
   synchronize_device(device);
   m.optimizer_s = since(optimizer_start);
   m.step_s = since(start);
-  m.loss = loss.item<double>();
-  loss = at::Tensor();
   for (auto p : parameters) p.mutable_grad().reset();  // free gradients between steps
   m.peak_bytes = memory::peak_bytes(device);
   return m;
+}
+
+StepMeasurement run_training_step(Transformer& model, torch::optim::Optimizer& optimizer,
+                                  const std::vector<at::Tensor>& parameters, const Batch& batch,
+                                  const StepSettings& settings, at::Generator& generator) {
+  return run_training_step(model, optimizer, parameters, std::vector<Batch>{batch}, settings,
+                           generator);
 }
 
 }  // namespace remat::train

@@ -2,8 +2,6 @@
 // 5 steps equal 10 steps bit for bit.
 #include "remat/train/trainer.h"
 
-#include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <random>
@@ -13,13 +11,13 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "detail/rng_autocast.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/models/lora.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
 #include "remat/train/schedule.h"
+#include "remat/train/step.h"
 #include "remat/train/training_state.h"
 #include "remat/train/transformer.h"
 
@@ -36,21 +34,6 @@
 namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
-
-// The mixed-precision region of one forward pass: bf16 autocast on the run's device.
-detail::AutocastSnapshot autocast_for(const TrainConfig& config, const at::Device& device) {
-  detail::AutocastSnapshot s = detail::AutocastSnapshot::capture();
-  if (config.mixed_precision == "bf16") {
-    if (device.is_cuda()) {
-      s.cuda_enabled = true;
-      s.cuda_dtype = at::kBFloat16;
-    } else {
-      s.cpu_enabled = true;
-      s.cpu_dtype = at::kBFloat16;
-    }
-  }
-  return s;
-}
 
 std::vector<io::NamedTensor> generator_states(const at::Generator& noise, const at::Device& device) {
   std::vector<io::NamedTensor> states;
@@ -92,7 +75,7 @@ class Trainer {
 
  private:
   void setup();
-  void plan_checkpointing(const std::vector<at::Tensor>& params);
+  void plan_checkpointing();
   StepRecord train_step(int64_t step);
   Batch next_batch();
   std::string save_checkpoint();
@@ -108,7 +91,8 @@ class Trainer {
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   LrSchedule schedule_;
-  FlowMatchingOptions flow_;
+  std::vector<at::Tensor> params_;   // the trainable tensors, in trainable_ order
+  StepSettings step_settings_;
   at::Generator noise_generator_;
   TrainingPosition position_;
   std::vector<std::vector<int64_t>> epoch_order_;
@@ -150,24 +134,26 @@ void Trainer::setup() {
   model_->configure_checkpointing(checkpointing);
 
   trainable_ = model_->trainable_parameters();
-  std::vector<at::Tensor> params;
   int64_t count = 0;
   for (const auto& [name, p] : trainable_) {
-    params.push_back(p);
+    params_.push_back(p);
     count += p.numel();
   }
-  TORCH_CHECK_VALUE(!params.empty(), "[train] the model has no trainable parameters");
+  TORCH_CHECK_VALUE(!params_.empty(), "[train] the model has no trainable parameters");
   hooks_.log("[train] " + std::to_string(count) + " trainable parameters in " +
-             std::to_string(params.size()) + " tensors");
+             std::to_string(params_.size()) + " tensors");
   optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params, torch::optim::AdamWOptions(config_.learning_rate)
+      params_, torch::optim::AdamWOptions(config_.learning_rate)
                   .betas({config_.adam_beta1, config_.adam_beta2})
                   .eps(config_.adam_epsilon)
                   .weight_decay(config_.adam_weight_decay));
 
-  flow_ = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
-                              config_.flow_use_uniform_schedule, config_.flux_guidance_value};
-  if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing(params);
+  step_settings_.flow = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
+                                            config_.flow_use_uniform_schedule, config_.flux_guidance_value};
+  if (config_.mixed_precision == "bf16") step_settings_.autocast = at::kBFloat16;
+  step_settings_.max_grad_norm = config_.max_grad_norm;
+  step_settings_.measure_grad_norm = true;  // reported in metrics.jsonl
+  if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing();
 
   const int64_t batches_per_epoch =
       static_cast<int64_t>(data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size).size());
@@ -189,17 +175,14 @@ void Trainer::setup() {
 // batch of a run has its shape up to the bucket; the planner needs one representative) and leaves
 // weights, optimizer and generators as they were, so a run with auto trains exactly as one given
 // the chosen layout explicitly.
-void Trainer::plan_checkpointing(const std::vector<at::Tensor>& params) {
+void Trainer::plan_checkpointing() {
   const auto batches = data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size);
   TORCH_CHECK_VALUE(!batches.empty(), "[train] the dataset has no batches to profile");
   const Batch batch = batch_to(data_->get_batch(batches.front()), device_);
-  StepSettings settings;
-  settings.flow = flow_;
-  if (config_.mixed_precision == "bf16") settings.autocast = at::kBFloat16;
   StepProfileOptions options;
   options.gradients_persist = config_.gradient_accumulation_steps > 1;
   try {
-    apply_auto_layout(*model_, *optimizer_, params, batch, settings, noise_generator_,
+    apply_auto_layout(*model_, *optimizer_, params_, batch, step_settings_, noise_generator_,
                       config_.gradient_checkpointing_memory_budget, hooks_.log, options);
   } catch (const std::runtime_error& e) {
     const auto budget = config_.gradient_checkpointing_memory_budget;
@@ -246,33 +229,19 @@ StepRecord Trainer::train_step(int64_t step) {
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
   }
-  memory::reset_peak();
-  const auto start = std::chrono::steady_clock::now();
-  double loss_sum = 0;
-  const auto autocast = autocast_for(config_, device_);
+  std::vector<Batch> micro_batches;
   for (int64_t micro = 0; micro < config_.gradient_accumulation_steps; ++micro) {
-    const Batch batch = next_batch();
-    at::Tensor loss;
-    {
-      detail::AutocastGuard mixed_precision(autocast);
-      loss = model_->flow_matching_loss(batch, flow_, noise_generator_);
-    }
-    (loss / static_cast<double>(config_.gradient_accumulation_steps)).backward();
-    loss_sum += loss.item<double>();
+    micro_batches.push_back(next_batch());
   }
-  std::vector<at::Tensor> params;
-  for (const auto& [name, p] : trainable_) params.push_back(p);
-  const double max_norm = config_.max_grad_norm > 0 ? config_.max_grad_norm : INFINITY;
-  const double grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
-  optimizer_->step();
-  for (auto& p : params) p.mutable_grad().reset();  // free gradients between steps
+  const StepMeasurement m =
+      run_training_step(*model_, *optimizer_, params_, micro_batches, step_settings_, noise_generator_);
   StepRecord record;
   record.step = step;
-  record.loss = loss_sum / static_cast<double>(config_.gradient_accumulation_steps);
+  record.loss = m.loss;
   record.learning_rate = lr;
-  record.grad_norm = grad_norm;
-  record.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  record.peak_bytes = memory::peak_bytes(device_);
+  record.grad_norm = m.grad_norm;
+  record.step_seconds = m.step_s;
+  record.peak_bytes = m.peak_bytes;
   return record;
 }
 
