@@ -12,7 +12,6 @@
 #include <torch/torch.h>
 
 #include "remat/io/safetensors.h"
-#include "remat/memory.h"
 #include "remat/models/lora.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
