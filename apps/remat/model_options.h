@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "parse_args.h"
 #include "remat/train/transformer.h"
 
 namespace remat::cli {
@@ -34,17 +35,5 @@ struct ModelFlags {
     return spec;
   }
 };
-
-/// Parses `args` with `app`; returns an exit code when the command should stop (help or error).
-inline std::optional<int> parse_or_exit(CLI::App& app, const std::vector<std::string>& args) {
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
-  return std::nullopt;
-}
 
 }  // namespace remat::cli

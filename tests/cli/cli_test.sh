@@ -32,6 +32,7 @@ expect 2 "did you mean" -- "$remat" train --gradient_checkpointing_intervall=2
 expect 2 "learning_rate" -- "$remat" train --learning_rate=fast
 expect 0 "gradient_checkpointing_interval" -- "$remat" train --help
 expect 2 "unknown command" -- "$remat" frobnicate
+expect 2 "layout must be off, N, N/S" -- "$remat" bench --model flux --layouts off,nope
 expect 2 "--model" -- "$remat" init --model sdxl --output "$work/w.safetensors"
 
 # Model I/O: a tiny Flux, inputs with a missing key, a wrong dtype, a wrong shape, a corrupt file.

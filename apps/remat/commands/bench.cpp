@@ -63,19 +63,12 @@ int run_bench(const std::vector<std::string>& args) {
   }
   o.model = model.spec();
   o.layouts = split_commas(layouts);
-  try {
-    const auto report = train::run_benchmark(o, [](const std::string& line) { std::cerr << line << "\n"; });
-    std::cout << train::format_benchmark_table(report);
-    if (!json.empty()) train::write_file_atomic(json, train::benchmark_json(report));
-    if (!csv.empty()) train::write_file_atomic(csv, train::benchmark_csv(report));
-    if (!svg.empty()) train::write_file_atomic(svg, train::benchmark_svg(report));
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 2;
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 2;
-  }
+  // Bad options and files throw; main() prints them and exits with code 2.
+  const auto report = train::run_benchmark(o, [](const std::string& line) { std::cerr << line << "\n"; });
+  std::cout << train::format_benchmark_table(report);
+  if (!json.empty()) train::write_file_atomic(json, train::benchmark_json(report));
+  if (!csv.empty()) train::write_file_atomic(csv, train::benchmark_csv(report));
+  if (!svg.empty()) train::write_file_atomic(svg, train::benchmark_svg(report));
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "command.h"
+#include "parse_args.h"
 #include "remat/checkpoint.h"
 #include "remat/memory.h"
 
@@ -39,12 +40,7 @@ int run_demo(const std::vector<std::string>& args) {
   app.add_option("--tokens", tokens, "Rows of the input")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--steps", steps, "Timed steps per layout (median reported)")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 256))->capture_default_str();
-  std::vector<std::string> argv_rev(args.rbegin(), args.rend());
-  try {
-    app.parse(argv_rev);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitUsage;
-  }
+  if (auto code = parse_or_exit(app, args)) return *code;
   torch::set_num_threads(threads);
   torch::manual_seed(0);
   DemoChain chain(blocks, width);

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "command.h"
-#include "model_options.h"
+#include "parse_args.h"
 #include "remat/train/data.h"
 
 namespace remat::cli {
