@@ -13,7 +13,7 @@ Thread count: both programs get OMP_NUM_THREADS / MKL_NUM_THREADS = --threads; f
 gets --threads. --markdown writes the table and the machine facts for docs/PERFORMANCE.md.
 
 example:
-  bench/compare_pytorch.py --config flux-tiny.json --image-tokens 256 --text-tokens 64 \\
+  bench/compare_pytorch.py --config flux-tiny.json --image_tokens 256 --text_tokens 64 \\
       --layouts off,1,2,4,8,2/4,ffn --steps 5 --warmup 1 --markdown perf.md
 """
 
@@ -181,14 +181,14 @@ def parse_args(argv):
     parser.add_argument("--pytrack", default=os.path.join(SOURCE_DIR, "build", "bench", "libremat_pytrack.so"),
                         help="libremat_pytrack.so for PyTorch peaks (default build/bench/libremat_pytrack.so)")
     parser.add_argument("--config", required=True, help="diffusers Flux transformer config.json")
-    parser.add_argument("--image-tokens", type=int, default=256)
-    parser.add_argument("--text-tokens", type=int, default=64)
+    parser.add_argument("--image_tokens", type=int, default=256)
+    parser.add_argument("--text_tokens", type=int, default=64)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--layouts", default="off,1,2,4,8,2/4,ffn")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--lora-rank", type=int, default=0, help="0 = full fine-tune")
+    parser.add_argument("--lora_rank", type=int, default=0, help="0 = full fine-tune")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each program (default 2)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per program run")
@@ -201,7 +201,7 @@ def parse_args(argv):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0 or args.lora_rank < 0:
-        parser.error(f"--warmup and --lora-rank must be >= 0, got {args.warmup} and {args.lora_rank}")
+        parser.error(f"--warmup and --lora_rank must be >= 0, got {args.warmup} and {args.lora_rank}")
     return args
 
 
@@ -222,17 +222,17 @@ def main(argv=None):
               f"(configure with -DREMAT_BUILD_BENCHMARKS=ON and build remat_pytrack)", file=sys.stderr)
     layouts = [layout for layout in args.layouts.split(",") if layout]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    shared = ["--config", args.config, "--image-tokens", str(args.image_tokens), "--text-tokens",
+    shared = ["--config", args.config, "--image_tokens", str(args.image_tokens), "--text_tokens",
               str(args.text_tokens), "--batch", str(args.batch), "--dtype", args.dtype, "--layouts",
               ",".join(layouts), "--steps", str(args.steps), "--warmup", str(args.warmup),
-              "--lora-rank", str(args.lora_rank)]
+              "--lora_rank", str(args.lora_rank)]
     remat_runs, torch_runs = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="remat-compare-") as scratch:
             for round_index in range(args.rounds):
                 remat_json = os.path.join(scratch, f"remat-{round_index}.json")
                 torch_json = os.path.join(scratch, f"pytorch-{round_index}.json")
-                remat_cmd = [args.remat, "bench", "--model", "flux"] + shared + ["--json", remat_json] + args.remat_arg
+                remat_cmd = [args.remat, "bench", "--model_family", "flux"] + shared + ["--json", remat_json] + args.remat_arg
                 torch_cmd = ([PYTHON, os.path.join(HERE, "flux_eager.py"), "bench"] + shared +
                              ["--threads", str(args.threads), "--json", torch_json] +
                              (["--pytrack", pytrack] if pytrack else []))

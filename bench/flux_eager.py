@@ -218,8 +218,8 @@ def build_parser():
 
     def shape_flags(sub):
         sub.add_argument("--config", required=True, help="diffusers transformer config.json")
-        sub.add_argument("--image-tokens", type=positive_int(1), default=64, help="N_i (default 64)")
-        sub.add_argument("--text-tokens", type=positive_int(1), default=32, help="N_t (default 32)")
+        sub.add_argument("--image_tokens", type=positive_int(1), default=64, help="N_i (default 64)")
+        sub.add_argument("--text_tokens", type=positive_int(1), default=32, help="N_t (default 32)")
         sub.add_argument("--batch", type=positive_int(1), default=1, help="B (default 1)")
 
     bench = commands.add_parser("bench", help="training-step time and tracked peak per checkpoint layout")
@@ -228,7 +228,7 @@ def build_parser():
     bench.add_argument("--layouts", default="off,1", help="comma list of off, 1, N, N/S, ffn (default off,1)")
     bench.add_argument("--steps", type=positive_int(1), default=5, help="measured steps per layout (default 5)")
     bench.add_argument("--warmup", type=positive_int(0), default=1, help="unmeasured steps per layout (default 1)")
-    bench.add_argument("--lora-rank", type=positive_int(0), default=0, help="0 = full fine-tune (default 0)")
+    bench.add_argument("--lora_rank", type=positive_int(0), default=0, help="0 = full fine-tune (default 0)")
     bench.add_argument("--threads", type=positive_int(1), default=torch.get_num_threads())
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--json", help="write the records here as well as to stdout")

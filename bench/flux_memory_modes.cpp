@@ -27,7 +27,7 @@ using namespace remat;
 
 struct Mode {
   std::string name;
-  train::CheckpointingSpec spec;
+  CheckpointPlan plan;
 };
 
 double median(std::vector<double> v) {
@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
 
   torch::manual_seed(0);
   train::TransformerSpec spec;
+  spec.family = "flux";
   spec.preset = preset;
   auto model = train::make_transformer(spec, at::Device(at::kCPU));
   model->apply_lora("all", 16, 16.0);
@@ -91,24 +92,20 @@ int main(int argc, char** argv) {
   at::Generator generator = at::detail::createCPUGenerator(1);
   const train::FlowMatchingOptions flow;
 
-  const auto interval = [](int64_t n, std::optional<int64_t> stride = std::nullopt) {
-    train::CheckpointingSpec s;
-    s.enabled = true;
-    s.interval = n;
-    s.segment_stride = stride;
-    return s;
+  const auto interval = [](int64_t n, std::optional<int64_t> stride = std::nullopt,
+                           const std::string& backend = "torch") {
+    return CheckpointPlan::simpletuner(true, n, stride, backend);
   };
-  train::CheckpointingSpec off, ffn = interval(1), unsloth = interval(1), unsloth_ffn = interval(1);
-  ffn.backend = "torch-ffn";
-  unsloth.backend = "unsloth";
-  unsloth_ffn.backend = "unsloth-ffn";
+  const CheckpointPlan off = CheckpointPlan::off(), ffn = interval(1, std::nullopt, "torch-ffn"),
+                       unsloth = interval(1, std::nullopt, "unsloth"),
+                       unsloth_ffn = interval(1, std::nullopt, "unsloth-ffn");
   const std::vector<Mode> modes{{"off", off},          {"per-block", interval(1)},
                                 {"interval 2", interval(2)}, {"interval 3", interval(3)},
                                 {"2 stride 3", interval(2, 3)}, {"torch-ffn", ffn},
                                 {"unsloth", unsloth},  {"unsloth-ffn", unsloth_ffn}};
 
   const auto step = [&](const Mode& mode) {
-    model->configure_checkpointing(mode.spec);
+    model->set_checkpoint_plan(mode.plan);
     memory::reset_peak();
     const auto start = std::chrono::steady_clock::now();
     model->flow_matching_loss(batch, flow, generator).backward();
@@ -133,9 +130,9 @@ int main(int argc, char** argv) {
   // Interval layouts through the analytical chain (the ffn modes have no chain layout).
   const Chain chain = analytical_chain(config, B, n_img, n_txt, fixed, /*with_attention_matrix=*/true);
   const Chain chain_fused = analytical_chain(config, B, n_img, n_txt, fixed, false);
-  const auto layout_of = [&](const train::CheckpointingSpec& s) -> std::optional<Layout> {
+  const auto layout_of = [&](const CheckpointPlan& s) -> std::optional<Layout> {
     if (!s.enabled) return layout_keep_all(chain.num_blocks());
-    if (s.backend != "torch" && s.backend != "unsloth") return std::nullopt;
+    if (s.ffn_scope()) return std::nullopt;
     return split_layout(layout_from_interval(chain.num_blocks(), s.interval.value_or(1), s.segment_stride),
                         chain.forced_boundaries);
   };
@@ -146,7 +143,7 @@ int main(int argc, char** argv) {
   std::printf("| mode | median step | measured peak | §4 prediction (+composite attention) | error | §4 fused-attention figure |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (size_t m = 0; m < modes.size(); ++m) {
-    const auto layout = layout_of(modes[m].spec);
+    const auto layout = layout_of(modes[m].plan);
     std::string predicted = "n/a (ffn scope)", error = "", fused = "";
     if (layout) {
       const int64_t p = predict(chain, *layout).peak_bytes;

@@ -49,8 +49,8 @@ cat > "$CONFIG" <<JSON
 JSON
 
 REMAT="$BUILD/apps/remat/remat"
-COMMON=(--model flux --config "$CONFIG" --resolution 1024x1024 --text-tokens 512 --batch 1
-        --dtype bfloat16 --lora-rank "$LORA_RANK" --steps "$STEPS" --warmup 1)
+COMMON=(--model_family flux --pretrained_transformer_config "$CONFIG" --resolution 1024x1024 --text_tokens 512 --batch 1
+        --dtype bfloat16 --lora_rank "$LORA_RANK" --steps "$STEPS" --warmup 1)
 
 echo "== remat bench (cuda, bf16, 1024x1024)"
 "$REMAT" bench "${COMMON[@]}" --device cuda --layouts "off,1,2,4,offload,auto:$AUTO_BUDGET" \
@@ -62,7 +62,7 @@ echo "== PyTorch eager comparison"
 # remat run would compare devices, not implementations. Run it only once it has a --device flag.
 if "$PYTHON" "$SOURCE_DIR/bench/flux_eager.py" bench --help | grep -q -- "--device"; then
   "$PYTHON" "$SOURCE_DIR/bench/compare_pytorch.py" --remat "$REMAT" --config "$CONFIG" \
-    --image-tokens 4096 --text-tokens 512 --batch 1 --dtype bfloat16 --lora-rank "$LORA_RANK" \
+    --image_tokens 4096 --text_tokens 512 --batch 1 --dtype bfloat16 --lora_rank "$LORA_RANK" \
     --layouts off,1,2,4 --steps "$STEPS" --warmup 1 --rounds 2 --remat-arg=--device --remat-arg=cuda \
     --markdown "$RESULTS/compare_pytorch.md" --json "$RESULTS/compare_pytorch.json" \
     | tee "$RESULTS/compare_pytorch.txt" || echo "comparison failed (see above); remat results are in $RESULTS"

@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "remat/memory.h"
+#include "remat/train/config.h"
 
 namespace remat::cli {
 
@@ -50,10 +51,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   try {
     return it->second.run(args);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "remat " << name << ": error: " << e.what() << "\n";
+  } catch (const remat::train::ValidationErrors& e) {
+    // Every problem found, one per line, so all can be fixed in one go.
+    for (const auto& error : e.errors()) std::cerr << "remat " << name << ": error: " << error.message << "\n";
     return kExitUsage;
-  } catch (const c10::Error& e) {
+  } catch (const c10::Error& e) {  // bad input (c10::ValueError) and failed checks: remat/error.h
     std::cerr << "remat " << name << ": error: " << e.what_without_backtrace() << "\n";
     return kExitUsage;
   } catch (const std::exception& e) {

@@ -42,7 +42,7 @@ enum class Backend {
 
 /// "torch" or "unsloth", the names SimpleTuner uses for the two backends.
 REMAT_API std::string backend_name(Backend backend);
-/// Parses "torch" / "unsloth"; throws std::invalid_argument naming the value otherwise.
+/// Parses "torch" / "unsloth"; throws c10::ValueError naming the value otherwise.
 REMAT_API Backend parse_backend(const std::string& name);
 
 struct CheckpointOptions {
@@ -82,7 +82,7 @@ using RunBlock = std::function<Tensors(int64_t block_index, const Tensors& state
 /// Example: 5 blocks, segment_size 2: checkpoint_fn is called on blocks [0,1], [2,3], [4].
 /// 6 blocks, segment_size 2, stride 3: [0,1] checkpointed, 2 plain, [3,4] checkpointed, 5 plain.
 ///
-/// Throws std::invalid_argument for num_blocks < 0, segment_size < 1 or segment_stride <
+/// Throws c10::ValueError for num_blocks < 0, segment_size < 1 or segment_stride <
 /// segment_size, and c10::Error naming the block when a block changes the number of state
 /// tensors. `run_block` is copied into each segment and kept until backward (see `checkpoint`).
 REMAT_API Tensors checkpoint_sequential_state(int64_t num_blocks, int64_t segment_size,

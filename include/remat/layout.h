@@ -58,7 +58,7 @@ REMAT_API Layout layout_from_interval(int64_t num_blocks, int64_t interval,
                                       std::optional<int64_t> stride = std::nullopt,
                                       Backend backend = Backend::Recompute);
 
-/// Throws std::invalid_argument naming the first problem: gaps, overlaps, empty segments, or a
+/// Throws c10::ValueError naming the first problem: gaps, overlaps, empty segments, or a
 /// total different from `num_blocks`.
 REMAT_API void validate_layout(const Layout& layout, int64_t num_blocks);
 

@@ -108,7 +108,7 @@ struct Chain {
   int64_t num_blocks() const { return static_cast<int64_t>(blocks.size()); }
 };
 
-/// Throws std::invalid_argument naming the first problem: a negative cost (any field but
+/// Throws c10::ValueError naming the first problem: a negative cost (any field but
 /// tail_backward_bytes), a block whose
 /// output_bytes differ from the next block's boundary_bytes, a forced boundary outside
 /// [1, N-1], a non-positive host bandwidth.
@@ -139,7 +139,7 @@ REMAT_API Layout split_layout(const Layout& layout, const std::vector<int64_t>& 
 /// caller's gradient of the output (output_grad_bytes of the last block, held until the step
 /// ends), then backward in reverse. The chain's input state is held by the caller throughout.
 /// The rest of the step enters through the Chain's tail and fixed fields (Note [Whole-step
-/// model]): the peak is at least fixed_peak_bytes and the time includes fixed_time_s. Throws std::invalid_argument for an invalid chain or a layout that does not cover its blocks
+/// model]): the peak is at least fixed_peak_bytes and the time includes fixed_time_s. Throws c10::ValueError for an invalid chain or a layout that does not cover its blocks
 /// or has a checkpointed segment across a forced boundary (Keep segments may span one).
 REMAT_API Prediction predict(const Chain& chain, const Layout& layout);
 
@@ -172,7 +172,7 @@ struct PlanResult {
 
 /// Chooses, per block, keep / recompute / offload (recomputed and offloaded blocks grouped into
 /// checkpointed segments) to minimise predicted step time subject to predicted peak <=
-/// budget_bytes. Exact under `predict`. Throws std::invalid_argument for an invalid chain or
+/// budget_bytes. Exact under `predict`. Throws c10::ValueError for an invalid chain or
 /// budget_bytes <= 0.
 REMAT_API PlanResult plan_layout(const Chain& chain, int64_t budget_bytes,
                                  const PlannerOptions& options = {});

@@ -44,7 +44,7 @@ struct ProfileOptions {
 /// parameter gradients allocated (as after a first step), same dtype / autocast, grad enabled.
 ///
 /// Side effects: gradients accumulate into the `.grad` of parameters the block uses (zero them
-/// afterwards); RNG state advances. Throws std::invalid_argument for an empty callable, a state
+/// afterwards); RNG state advances. Throws c10::ValueError for an empty callable, a state
 /// with no defined tensor, warmup < 0 or repeats < 1, and c10::Error when CPU tracking is not
 /// installed (for a CPU state) or the block changes the number of state tensors.
 REMAT_API BlockCost profile_block(const SegmentFn& block, const Tensors& state,

@@ -1,4 +1,4 @@
-#include "io/mapped_file.h"
+#include "mapped_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

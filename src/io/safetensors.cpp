@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/mapped_file.h"
-#include "io/safetensors_impl.h"
+#include "mapped_file.h"
+#include "safetensors_impl.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "remat::io reads and writes safetensors data in host byte order, which must be little-endian"

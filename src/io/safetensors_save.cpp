@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/safetensors_impl.h"
+#include "safetensors_impl.h"
 #include "remat/io/safetensors.h"
 
 namespace remat::io {

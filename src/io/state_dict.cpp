@@ -5,7 +5,7 @@
 
 #include <torch/torch.h>
 
-#include "io/safetensors_impl.h"
+#include "safetensors_impl.h"
 #include "remat/io/safetensors.h"
 
 namespace remat::io {

@@ -12,23 +12,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/error.h"
+
 namespace remat::models::detail {
 
 inline nlohmann::json parse_config_json(const std::string& text, const char* component) {
   try {
     nlohmann::json j = nlohmann::json::parse(text);
     if (!j.is_object()) {
-      throw std::invalid_argument(std::string("[") + component + "] config JSON must be an object");
+      throw_value_error(std::string("[") + component + "] config JSON must be an object");
     }
     return j;
   } catch (const nlohmann::json::parse_error& e) {
-    throw std::invalid_argument(std::string("[") + component + "] malformed config JSON: " + e.what());
+    throw_value_error(std::string("[") + component + "] malformed config JSON: " + e.what());
   }
 }
 
 inline std::string read_text_file(const std::string& path, const char* component) {
   std::ifstream in(path);
-  if (!in) throw std::invalid_argument(std::string("[") + component + "] cannot open config file '" + path + "'");
+  if (!in) throw_value_error(std::string("[") + component + "] cannot open config file '" + path + "'");
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
@@ -47,7 +49,7 @@ inline void read_int(const nlohmann::json& j, const char* key, int64_t& out, con
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number_integer()) {
-    throw std::invalid_argument(std::string("[") + component + "] config key '" + key +
+    throw_value_error(std::string("[") + component + "] config key '" + key +
                                 "' must be an integer, got " + it->dump());
   }
   out = it->get<int64_t>();
@@ -57,7 +59,7 @@ inline void read_bool(const nlohmann::json& j, const char* key, bool& out, const
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_boolean()) {
-    throw std::invalid_argument(std::string("[") + component + "] config key '" + key +
+    throw_value_error(std::string("[") + component + "] config key '" + key +
                                 "' must be a boolean, got " + it->dump());
   }
   out = it->get<bool>();
@@ -72,7 +74,7 @@ inline void read_int_list(const nlohmann::json& j, const char* key, std::vector<
     for (const auto& v : *it) ok = ok && v.is_number_integer();
   }
   if (!ok) {
-    throw std::invalid_argument(std::string("[") + component + "] config key '" + key +
+    throw_value_error(std::string("[") + component + "] config key '" + key +
                                 "' must be a list of integers, got " + it->dump());
   }
   out = it->get<std::vector<int64_t>>();

@@ -1,11 +1,12 @@
 #include "remat/models/flux.h"
+#include "remat/error.h"
 
 #include <numeric>
 #include <stdexcept>
 
 #include <torch/torch.h>
 
-#include "models/config_json_impl.h"
+#include "config_json_impl.h"
 
 namespace remat::models {
 
@@ -21,7 +22,7 @@ int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
 
 // Accepts (N, 3) or (B, N, 3) (diffusers takes [0] of a 3-D tensor, with a deprecation warning).
 at::Tensor ids_2d(const at::Tensor& ids, const char* name) {
-  TORCH_CHECK_VALUE(ids.dim() == 2 || ids.dim() == 3, "[Flux] ", name,
+  TORCH_CHECK_VALUE(ids.dim() == 2 || ids.dim() == 3, "[flux] ", name,
                     " must be (N, 3) or (B, N, 3), got shape ", ids.sizes());
   return ids.dim() == 3 ? ids.select(0, 0) : ids;
 }
@@ -35,26 +36,26 @@ int64_t controlnet_interval(int64_t num_blocks, size_t num_samples) {
 }  // namespace
 
 void FluxConfig::validate() const {
-  TORCH_CHECK_VALUE(patch_size >= 1, "[Flux] patch_size must be >= 1, got ", patch_size);
-  TORCH_CHECK_VALUE(in_channels >= 1, "[Flux] in_channels must be >= 1, got ", in_channels);
-  TORCH_CHECK_VALUE(output_channels() >= 1, "[Flux] out_channels must be >= 1, got ", output_channels());
-  TORCH_CHECK_VALUE(num_layers >= 0, "[Flux] num_layers must be >= 0, got ", num_layers);
-  TORCH_CHECK_VALUE(num_single_layers >= 0, "[Flux] num_single_layers must be >= 0, got ",
+  TORCH_CHECK_VALUE(patch_size >= 1, "[flux] patch_size must be >= 1, got ", patch_size);
+  TORCH_CHECK_VALUE(in_channels >= 1, "[flux] in_channels must be >= 1, got ", in_channels);
+  TORCH_CHECK_VALUE(output_channels() >= 1, "[flux] out_channels must be >= 1, got ", output_channels());
+  TORCH_CHECK_VALUE(num_layers >= 0, "[flux] num_layers must be >= 0, got ", num_layers);
+  TORCH_CHECK_VALUE(num_single_layers >= 0, "[flux] num_single_layers must be >= 0, got ",
                     num_single_layers);
   TORCH_CHECK_VALUE(attention_head_dim >= 2 && attention_head_dim % 2 == 0,
-                    "[Flux] attention_head_dim must be even and >= 2, got ", attention_head_dim);
-  TORCH_CHECK_VALUE(num_attention_heads >= 1, "[Flux] num_attention_heads must be >= 1, got ",
+                    "[flux] attention_head_dim must be even and >= 2, got ", attention_head_dim);
+  TORCH_CHECK_VALUE(num_attention_heads >= 1, "[flux] num_attention_heads must be >= 1, got ",
                     num_attention_heads);
-  TORCH_CHECK_VALUE(joint_attention_dim >= 1, "[Flux] joint_attention_dim must be >= 1, got ",
+  TORCH_CHECK_VALUE(joint_attention_dim >= 1, "[flux] joint_attention_dim must be >= 1, got ",
                     joint_attention_dim);
-  TORCH_CHECK_VALUE(pooled_projection_dim >= 1, "[Flux] pooled_projection_dim must be >= 1, got ",
+  TORCH_CHECK_VALUE(pooled_projection_dim >= 1, "[flux] pooled_projection_dim must be >= 1, got ",
                     pooled_projection_dim);
   const int64_t rope_sum = std::accumulate(axes_dims_rope.begin(), axes_dims_rope.end(), int64_t{0});
   TORCH_CHECK_VALUE(rope_sum == attention_head_dim,
-                    "[Flux] axes_dims_rope must sum to attention_head_dim (", attention_head_dim,
+                    "[flux] axes_dims_rope must sum to attention_head_dim (", attention_head_dim,
                     "), got ", axes_dims_rope);
   for (int64_t d : axes_dims_rope) {
-    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[Flux] axes_dims_rope entries must be even and >= 2, got ",
+    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[flux] axes_dims_rope entries must be even and >= 2, got ",
                       axes_dims_rope);
   }
 }
@@ -92,7 +93,7 @@ FluxConfig FluxConfig::preset(const std::string& name) {
   }
   std::string valid;
   for (const auto& n : preset_names()) valid += (valid.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("[FluxConfig] preset must be one of " + valid + ", got '" + name + "'");
+  throw_value_error("[flux] preset must be one of " + valid + ", got '" + name + "'");
 }
 
 FluxConfig FluxConfig::from_json_string(const std::string& json) {
@@ -176,11 +177,17 @@ FluxImpl::FluxImpl(FluxConfig config) : config_(std::move(config)) {
       "proj_out", Linear(D, config_.patch_size * config_.patch_size * config_.output_channels()));
 }
 
-void FluxImpl::set_gradient_checkpointing_layout(const Layout& double_blocks,
-                                                 const Layout& single_blocks) {
-  validate_layout(double_blocks, config_.num_layers);
-  validate_layout(single_blocks, config_.num_single_layers);
-  checkpointing_.set_layouts({double_blocks, single_blocks});
+void FluxImpl::set_checkpoint_plan(CheckpointPlan plan) {
+  plan.validate();
+  if (!plan.stack_layouts.empty()) {
+    if (plan.stack_layouts.size() != 2) {
+      throw_value_error("[flux] checkpoint plan needs 2 layouts (double and single block stacks), got " +
+                        std::to_string(plan.stack_layouts.size()));
+    }
+    validate_layout(plan.stack_layouts[0], config_.num_layers);
+    validate_layout(plan.stack_layouts[1], config_.num_single_layers);
+  }
+  checkpointing_ = std::move(plan);
 }
 
 at::Tensor FluxImpl::time_text_embedding(const at::Tensor& timestep,
@@ -205,39 +212,39 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
                              const std::vector<at::Tensor>& controlnet_block_samples,
                              const std::vector<at::Tensor>& controlnet_single_block_samples) {
   TORCH_CHECK_VALUE(hidden_states.dim() == 3 && hidden_states.size(2) == config_.in_channels,
-                    "[Flux] hidden_states must be (B, N_i, ", config_.in_channels, "), got shape ",
+                    "[flux] hidden_states must be (B, N_i, ", config_.in_channels, "), got shape ",
                     hidden_states.sizes());
   const int64_t B = hidden_states.size(0), n_img = hidden_states.size(1);
   TORCH_CHECK_VALUE(encoder_hidden_states.dim() == 3 && encoder_hidden_states.size(0) == B &&
                         encoder_hidden_states.size(2) == config_.joint_attention_dim,
-                    "[Flux] encoder_hidden_states must be (", B, ", N_t, ", config_.joint_attention_dim,
+                    "[flux] encoder_hidden_states must be (", B, ", N_t, ", config_.joint_attention_dim,
                     "), got shape ", encoder_hidden_states.sizes());
   TORCH_CHECK_VALUE(pooled_projections.dim() == 2 && pooled_projections.size(0) == B &&
                         pooled_projections.size(1) == config_.pooled_projection_dim,
-                    "[Flux] pooled_projections must be (", B, ", ", config_.pooled_projection_dim,
+                    "[flux] pooled_projections must be (", B, ", ", config_.pooled_projection_dim,
                     "), got shape ", pooled_projections.sizes());
-  TORCH_CHECK_VALUE(timestep.dim() == 1 && timestep.size(0) == B, "[Flux] timestep must be (", B,
+  TORCH_CHECK_VALUE(timestep.dim() == 1 && timestep.size(0) == B, "[flux] timestep must be (", B,
                     "), got shape ", timestep.sizes());
   if (config_.guidance_embeds) {
     TORCH_CHECK_VALUE(guidance.has_value() && guidance->defined() && guidance->dim() == 1 &&
                           guidance->size(0) == B,
-                      "[Flux] guidance must be a (", B, ") tensor for a guidance-distilled model (guidance_embeds)");
+                      "[flux] guidance must be a (", B, ") tensor for a guidance-distilled model (guidance_embeds)");
   } else {
     TORCH_CHECK_VALUE(!guidance.has_value() || !guidance->defined(),
-                      "[Flux] guidance must be omitted when guidance_embeds is false");
+                      "[flux] guidance must be omitted when guidance_embeds is false");
   }
   const int64_t n_txt = encoder_hidden_states.size(1);
   const at::Tensor img_ids = ids_2d(img_ids_in, "img_ids");
   const at::Tensor txt_ids = ids_2d(txt_ids_in, "txt_ids");
-  TORCH_CHECK_VALUE(img_ids.size(0) == n_img && img_ids.size(1) == 3, "[Flux] img_ids must be (",
+  TORCH_CHECK_VALUE(img_ids.size(0) == n_img && img_ids.size(1) == 3, "[flux] img_ids must be (",
                     n_img, ", 3), got shape ", img_ids.sizes());
-  TORCH_CHECK_VALUE(txt_ids.size(0) == n_txt && txt_ids.size(1) == 3, "[Flux] txt_ids must be (",
+  TORCH_CHECK_VALUE(txt_ids.size(0) == n_txt && txt_ids.size(1) == 3, "[flux] txt_ids must be (",
                     n_txt, ", 3), got shape ", txt_ids.sizes());
   for (const auto* samples : {&controlnet_block_samples, &controlnet_single_block_samples}) {
     for (const auto& r : *samples) {
       TORCH_CHECK_VALUE(r.dim() == 3 && r.size(0) == B && r.size(1) == n_img &&
                             r.size(2) == config_.hidden_size(),
-                        "[Flux] controlnet samples must be (", B, ", ", n_img, ", ",
+                        "[flux] controlnet samples must be (", B, ", ", n_img, ", ",
                         config_.hidden_size(), "), got shape ", r.sizes());
     }
   }
@@ -252,10 +259,10 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   const bool active = checkpointing_.active(is_training());
   const bool layer_scope = active && !checkpointing_.ffn_scope();
   const bool ffn_scope = active && checkpointing_.ffn_scope();
-  const Backend ffn_backend = checkpointing_.base_backend();
+  const Backend ffn_backend = checkpointing_.backend();
   // Which blocks checkpoint their FFN (SimpleTuner's per-block path: k % interval == 0).
   auto ffn_for = [ffn_scope, ffn_backend, gc = checkpointing_](int64_t k) -> std::optional<Backend> {
-    if (ffn_scope && gc.flux_ffn_block_selected(k)) return ffn_backend;
+    if (ffn_scope && gc.ffn_block_selected(k)) return ffn_backend;
     return std::nullopt;
   };
 

@@ -1,4 +1,5 @@
 #include "remat/models/lora.h"
+#include "remat/error.h"
 
 #include <stdexcept>
 
@@ -20,8 +21,10 @@ bool is_lora_key(const std::string& name) {
   return name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos;
 }
 
+}  // namespace
+
 // SimpleTuner flux/model.py flux_lora_target lists (fused-projection names dropped).
-std::vector<std::string> flux_preset(const std::string& name) {
+std::vector<std::string> flux_lora_target_modules(const std::string& name) {
   const std::vector<std::string> base = {"to_k", "to_q", "to_v", "to_out.0"};
   const std::vector<std::string> context = {"add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
   const std::vector<std::string> ffs = {"ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
@@ -41,11 +44,21 @@ std::vector<std::string> flux_preset(const std::string& name) {
   if (name == "ai-toolkit") return concat(all_ffs, {"norm.linear", "norm1.linear", "norm1_context.linear"});
   if (name == "tiny") return {"single_transformer_blocks.7.proj_out", "single_transformer_blocks.20.proj_out"};
   if (name == "nano") return {"single_transformer_blocks.7.proj_out"};
-  throw std::invalid_argument("[lora] flux target preset must be one of " +
-                              join(lora_target_preset_names("flux")) + ", got '" + name + "'");
+  throw_value_error("[lora] flux target preset must be one of " +
+                    join(flux_lora_target_preset_names()) + ", got '" + name + "'");
 }
 
-}  // namespace
+std::vector<std::string> flux_lora_target_preset_names() {
+  return {"default", "all", "context", "context+ffs", "all+ffs", "all+ffs+embedder",
+          "ai-toolkit", "tiny", "nano"};
+}
+
+std::vector<std::string> mageflow_lora_target_modules(const std::string& name) {
+  if (name != "default") {
+    throw_value_error("[lora] mageflow target preset must be one of default, got '" + name + "'");
+  }
+  return {"to_k", "to_q", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
+}
 
 bool lora_target_matches(const std::string& name, const std::string& suffix) {
   if (name == suffix) return true;
@@ -57,8 +70,8 @@ bool lora_target_matches(const std::string& name, const std::string& suffix) {
 std::vector<std::string> apply_lora(torch::nn::Module& module,
                                     const std::vector<std::string>& target_suffixes, int64_t rank,
                                     double alpha) {
-  if (rank < 1) throw std::invalid_argument("[lora] rank must be >= 1, got " + std::to_string(rank));
-  if (!(alpha > 0.0)) throw std::invalid_argument("[lora] alpha must be > 0, got " + std::to_string(alpha));
+  if (rank < 1) throw_value_error("[lora] rank must be >= 1, got " + std::to_string(rank));
+  if (!(alpha > 0.0)) throw_value_error("[lora] alpha must be > 0, got " + std::to_string(alpha));
   std::vector<std::pair<std::string, std::shared_ptr<LinearImpl>>> targets;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
@@ -71,7 +84,7 @@ std::vector<std::string> apply_lora(torch::nn::Module& module,
     }
   }
   if (targets.empty()) {
-    throw std::invalid_argument("[lora] target modules must match at least one Linear, got [" +
+    throw_value_error("[lora] target modules must match at least one Linear, got [" +
                                 join(target_suffixes) + "]");
   }
   for (auto& p : module.parameters()) p.set_requires_grad(false);
@@ -81,27 +94,6 @@ std::vector<std::string> apply_lora(torch::nn::Module& module,
     names.push_back(name);
   }
   return names;
-}
-
-std::vector<std::string> lora_target_preset_names(const std::string& family) {
-  if (family == "flux") {
-    return {"default", "all", "context", "context+ffs", "all+ffs", "all+ffs+embedder",
-            "ai-toolkit", "tiny", "nano"};
-  }
-  if (family == "mageflow") return {"default"};
-  throw std::invalid_argument("[lora] model family must be one of flux, mageflow, got '" + family + "'");
-}
-
-std::vector<std::string> lora_target_preset(const std::string& family, const std::string& preset_name) {
-  if (family == "flux") return flux_preset(preset_name);
-  if (family == "mageflow") {
-    if (preset_name == "default") {
-      return {"to_k", "to_q", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"};
-    }
-    throw std::invalid_argument("[lora] mageflow target preset must be one of default, got '" +
-                                preset_name + "'");
-  }
-  throw std::invalid_argument("[lora] model family must be one of flux, mageflow, got '" + family + "'");
 }
 
 std::map<std::string, at::Tensor> lora_state_dict(const torch::nn::Module& module) {

@@ -1,4 +1,5 @@
 #include "remat/models/mageflow.h"
+#include "remat/error.h"
 
 #include <numeric>
 #include <stdexcept>
@@ -6,7 +7,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/torch.h>
 
-#include "models/config_json_impl.h"
+#include "config_json_impl.h"
 
 namespace remat::models {
 
@@ -21,13 +22,13 @@ int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
 
 std::vector<int64_t> cu_to_vector(const at::Tensor& cu, const char* name) {
   TORCH_CHECK_VALUE(cu.dim() == 1 && cu.numel() >= 2 && !at::isFloatingType(cu.scalar_type()),
-                    "[MageFlow] ", name, " must be a 1-D integer tensor of n + 1 >= 2 entries, got ",
+                    "[mageflow] ", name, " must be a 1-D integer tensor of n + 1 >= 2 entries, got ",
                     cu.scalar_type(), " shape ", cu.sizes());
   const at::Tensor c = cu.to(at::kCPU, at::kLong).contiguous();
   std::vector<int64_t> out(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-  TORCH_CHECK_VALUE(out[0] == 0, "[MageFlow] ", name, " must start at 0, got ", out[0]);
+  TORCH_CHECK_VALUE(out[0] == 0, "[mageflow] ", name, " must start at 0, got ", out[0]);
   for (size_t i = 1; i < out.size(); ++i) {
-    TORCH_CHECK_VALUE(out[i] >= out[i - 1], "[MageFlow] ", name, " must be non-decreasing, got ",
+    TORCH_CHECK_VALUE(out[i] >= out[i - 1], "[mageflow] ", name, " must be non-decreasing, got ",
                       out[i - 1], " then ", out[i], " at index ", i);
   }
   return out;
@@ -51,21 +52,21 @@ at::Tensor per_token(const at::Tensor& m, const at::Tensor& sample_index) {
 
 void MageFlowConfig::validate() const {
   TORCH_CHECK_VALUE(num_heads >= 1 && hidden_size >= 1 && hidden_size % num_heads == 0,
-                    "[MageFlow] num_heads must divide hidden_size ", hidden_size, ", got ", num_heads);
-  TORCH_CHECK_VALUE(head_dim() % 2 == 0, "[MageFlow] head dim (hidden_size / num_heads) must be even, got ",
+                    "[mageflow] num_heads must divide hidden_size ", hidden_size, ", got ", num_heads);
+  TORCH_CHECK_VALUE(head_dim() % 2 == 0, "[mageflow] head dim (hidden_size / num_heads) must be even, got ",
                     head_dim());
-  TORCH_CHECK_VALUE(depth >= 0, "[MageFlow] depth must be >= 0, got ", depth);
-  TORCH_CHECK_VALUE(in_channels >= 1, "[MageFlow] in_channels must be >= 1, got ", in_channels);
-  TORCH_CHECK_VALUE(output_channels() >= 1, "[MageFlow] out_channels must be >= 1, got ", output_channels());
-  TORCH_CHECK_VALUE(context_in_dim >= 1, "[MageFlow] context_in_dim must be >= 1, got ", context_in_dim);
-  TORCH_CHECK_VALUE(patch_size >= 1, "[MageFlow] patch_size must be >= 1, got ", patch_size);
-  TORCH_CHECK_VALUE(axes_dim.size() == 3, "[MageFlow] axes_dim must have 3 entries (frame, height, width), got ",
+  TORCH_CHECK_VALUE(depth >= 0, "[mageflow] depth must be >= 0, got ", depth);
+  TORCH_CHECK_VALUE(in_channels >= 1, "[mageflow] in_channels must be >= 1, got ", in_channels);
+  TORCH_CHECK_VALUE(output_channels() >= 1, "[mageflow] out_channels must be >= 1, got ", output_channels());
+  TORCH_CHECK_VALUE(context_in_dim >= 1, "[mageflow] context_in_dim must be >= 1, got ", context_in_dim);
+  TORCH_CHECK_VALUE(patch_size >= 1, "[mageflow] patch_size must be >= 1, got ", patch_size);
+  TORCH_CHECK_VALUE(axes_dim.size() == 3, "[mageflow] axes_dim must have 3 entries (frame, height, width), got ",
                     axes_dim);
   for (int64_t d : axes_dim) {
-    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[MageFlow] axes_dim entries must be even and >= 2, got ", axes_dim);
+    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[mageflow] axes_dim entries must be even and >= 2, got ", axes_dim);
   }
   const int64_t sum = std::accumulate(axes_dim.begin(), axes_dim.end(), int64_t{0});
-  TORCH_CHECK_VALUE(sum == head_dim(), "[MageFlow] axes_dim must sum to the head dim (", head_dim(),
+  TORCH_CHECK_VALUE(sum == head_dim(), "[mageflow] axes_dim must sum to the head dim (", head_dim(),
                     "), got ", axes_dim);
 }
 
@@ -94,7 +95,7 @@ MageFlowConfig MageFlowConfig::preset(const std::string& name) {
   }
   std::string valid;
   for (const auto& n : preset_names()) valid += (valid.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("[MageFlowConfig] preset must be one of " + valid + ", got '" + name + "'");
+  throw_value_error("[mageflow] preset must be one of " + valid + ", got '" + name + "'");
 }
 
 MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
@@ -174,7 +175,7 @@ PackedSamples PackedSamples::from_cu_seqlens(const at::Tensor& txt_cu_seqlens,
   s.txt_cu = cu_to_vector(txt_cu_seqlens, "txt_cu_seqlens");
   s.img_cu = cu_to_vector(img_cu_seqlens, "img_cu_seqlens");
   TORCH_CHECK_VALUE(s.txt_cu.size() == s.img_cu.size(),
-                    "[MageFlow] txt_cu_seqlens and img_cu_seqlens must have the same length, got ",
+                    "[mageflow] txt_cu_seqlens and img_cu_seqlens must have the same length, got ",
                     s.txt_cu.size(), " and ", s.img_cu.size());
   s.txt_sample = token_samples(s.txt_cu, device);
   s.img_sample = token_samples(s.img_cu, device);
@@ -250,14 +251,22 @@ MageFlowImpl::MageFlowImpl(MageFlowConfig config) : config_(std::move(config)) {
       "proj_out", Linear(D, config_.patch_size * config_.patch_size * config_.output_channels()));
 }
 
-void MageFlowImpl::set_gradient_checkpointing_layout(const Layout& layout) {
-  validate_layout(layout, layout.num_blocks());
-  if (layout.num_blocks() > config_.depth) {
-    throw std::invalid_argument("[MageFlow] checkpoint layout must cover at most depth = " +
-                                std::to_string(config_.depth) + " blocks, got " +
-                                std::to_string(layout.num_blocks()));
+void MageFlowImpl::set_checkpoint_plan(CheckpointPlan plan) {
+  plan.validate();
+  if (!plan.stack_layouts.empty()) {
+    if (plan.stack_layouts.size() != 1) {
+      throw_value_error("[mageflow] checkpoint plan needs 1 layout (one block stack), got " +
+                        std::to_string(plan.stack_layouts.size()));
+    }
+    const Layout& layout = plan.stack_layouts[0];
+    validate_layout(layout, layout.num_blocks());
+    if (layout.num_blocks() > config_.depth) {
+      throw_value_error("[mageflow] checkpoint layout must cover at most depth = " +
+                        std::to_string(config_.depth) + " blocks, got " +
+                        std::to_string(layout.num_blocks()));
+    }
   }
-  checkpointing_.set_layouts({layout});
+  checkpointing_ = std::move(plan);
 }
 
 at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, const at::Tensor& timesteps,
@@ -265,24 +274,24 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
                                  const at::Tensor& img_cu_seqlens, const at::Tensor& txt_cu_seqlens,
                                  const std::vector<int64_t>& skip_layers) {
   TORCH_CHECK_VALUE(img.dim() == 3 && img.size(0) == 1 && img.size(2) == config_.in_channels,
-                    "[MageFlow] img must be (1, L, ", config_.in_channels, "), got shape ", img.sizes());
+                    "[mageflow] img must be (1, L, ", config_.in_channels, "), got shape ", img.sizes());
   TORCH_CHECK_VALUE(txt.dim() == 3 && txt.size(0) == 1 && txt.size(2) == config_.context_in_dim,
-                    "[MageFlow] txt must be (1, T, ", config_.context_in_dim, "), got shape ", txt.sizes());
+                    "[mageflow] txt must be (1, T, ", config_.context_in_dim, "), got shape ", txt.sizes());
   const PackedSamples samples = PackedSamples::from_cu_seqlens(txt_cu_seqlens, img_cu_seqlens, img.device());
-  TORCH_CHECK_VALUE(samples.img_cu.back() == img.size(1), "[MageFlow] img_cu_seqlens must end at ",
+  TORCH_CHECK_VALUE(samples.img_cu.back() == img.size(1), "[mageflow] img_cu_seqlens must end at ",
                     img.size(1), " (image tokens), got ", samples.img_cu.back());
-  TORCH_CHECK_VALUE(samples.txt_cu.back() == txt.size(1), "[MageFlow] txt_cu_seqlens must end at ",
+  TORCH_CHECK_VALUE(samples.txt_cu.back() == txt.size(1), "[mageflow] txt_cu_seqlens must end at ",
                     txt.size(1), " (text tokens), got ", samples.txt_cu.back());
   TORCH_CHECK_VALUE(timesteps.dim() == 1 && timesteps.size(0) == samples.num_samples(),
-                    "[MageFlow] timesteps must be (", samples.num_samples(), ") (one per sample), got shape ",
+                    "[mageflow] timesteps must be (", samples.num_samples(), ") (one per sample), got shape ",
                     timesteps.sizes());
   int64_t shape_tokens = 0;
   for (const auto& s : img_shapes) shape_tokens += s[0] * s[1] * s[2];
-  TORCH_CHECK_VALUE(shape_tokens == img.size(1), "[MageFlow] img_shapes must cover ", img.size(1),
+  TORCH_CHECK_VALUE(shape_tokens == img.size(1), "[mageflow] img_shapes must cover ", img.size(1),
                     " image tokens, got ", shape_tokens);
   std::vector<bool> skipped(config_.depth, false);
   for (int64_t k : skip_layers) {
-    TORCH_CHECK_VALUE(k >= 0 && k < config_.depth, "[MageFlow] skip_layers entries must be in [0, ",
+    TORCH_CHECK_VALUE(k >= 0 && k < config_.depth, "[mageflow] skip_layers entries must be in [0, ",
                       config_.depth, "), got ", k);
     skipped[k] = true;
   }
@@ -304,7 +313,7 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
   const bool layer_scope = active_ckpt && !checkpointing_.ffn_scope();
   // MageFlow's ffn scope checkpoints the FFN of every block; the interval is ignored.
   const std::optional<Backend> ffn_backend =
-      active_ckpt && checkpointing_.ffn_scope() ? std::optional<Backend>(checkpointing_.base_backend())
+      active_ckpt && checkpointing_.ffn_scope() ? std::optional<Backend>(checkpointing_.backend())
                                                 : std::nullopt;
   const auto blocks = transformer_blocks;
   const RunBlock run_block = [blocks, active, temb, rope, samples, ffn_backend](

@@ -21,6 +21,7 @@
 // Before a first step the AdamW moments do not exist yet: their bytes (2 per parameter byte, 3
 // with amsgrad) are added to fixed_bytes and fixed_peak_bytes.
 #include "remat/train/auto_layout.h"
+#include "remat/error.h"
 
 #include <algorithm>
 #include <chrono>
@@ -33,7 +34,8 @@
 #include <torch/torch.h>
 
 #include "remat/memory.h"
-#include "train/step_impl.h"
+#include "remat/autocast.h"
+#include "remat/train/optimizer.h"
 
 namespace remat::train {
 namespace {
@@ -113,7 +115,7 @@ StackCosts profile_blocks(Transformer& model, const Batch& batch, const StepSett
                           std::optional<Backend> ffn, bool first_without_grad,
                           const ProfileOptions& base) {
   const c10::Device device = batch.latents.device();
-  detail::AutocastGuard autocast(autocast_snapshot(settings.autocast, device));
+  AutocastGuard autocast(AutocastSnapshot::with(settings.autocast, device));
   StackCosts out;
   const auto probes = model.block_probes(batch, ffn);
   for (size_t i = 0; i < probes.size(); ++i) {
@@ -152,11 +154,10 @@ std::pair<int64_t, double> optimizer_temporaries(const torch::optim::AdamW& opti
     if (!largest.defined() || tensor_bytes(p) > tensor_bytes(largest)) largest = p;
   }
   if (!largest.defined()) return {0, 0.0};
-  const auto options = static_cast<const torch::optim::AdamWOptions&>(
-      optimizer.param_groups().front().options());
   at::Tensor copy = largest.detach().clone().requires_grad_(true);
   copy.mutable_grad() = at::randn_like(copy);
-  torch::optim::AdamW scratch({copy}, options);
+  const auto scratch_optimizer = make_optimizer({copy}, optimizer_settings(optimizer));
+  torch::optim::Optimizer& scratch = *scratch_optimizer;
   scratch.step();  // allocates the moments
   const c10::Device device = copy.device();
   synchronize_device(device);
@@ -211,13 +212,10 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
   synchronize_device(device);
   memory::reset_peak();
   const auto start = Clock::now();
-  at::Tensor loss;
   try {
-    {
-      detail::AutocastGuard autocast(autocast_snapshot(settings.autocast, device));
-      loss = model.flow_matching_loss(batch, settings.flow, noise);
-    }
-    loss.backward();
+    // The training step's own forward and backward, without its update.
+    TrainingStep step(model, optimizer, parameters, settings);
+    step.forward_backward({batch}, noise);
   } catch (...) {
     model.set_stage_observer({});
     throw;
@@ -232,7 +230,6 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
     marks->tail_done = backward_end;
   }
   const int64_t after_backward = memory::current_bytes(device);
-  loss = at::Tensor();
   for (auto p : parameters) p.mutable_grad().reset();
   const auto [optimizer_extra, optimizer_largest_s] = optimizer_temporaries(*adamw, parameters);
 
@@ -316,7 +313,7 @@ std::vector<Layout> split_stack_layout(const Layout& layout, const std::vector<i
       const int64_t a = std::max(s.begin, begin), b = std::min(s.end, end);
       if (a >= b) continue;
       if (s.mode != BlockMode::Keep && (s.begin < begin || s.end > end)) {
-        throw std::invalid_argument("[auto layout] checkpointed segment " +
+        throw_value_error("[auto layout] checkpointed segment " +
                                     std::string(block_mode_name(s.mode)) + "[" + std::to_string(s.begin) +
                                     "-" + std::to_string(s.end - 1) + "] must lie in one block stack, " +
                                     "blocks [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
@@ -336,7 +333,7 @@ AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_bytes, bool a
   AutoLayout out;
   out.plan = plan_layout(model.chain, budget_bytes, options);
   if (!out.plan.fits) {
-    throw std::runtime_error(
+    throw NoLayoutFits(
         "[train] gradient_checkpointing_memory_budget must be at least " +
         memory::format_bytes(out.plan.min_possible_peak) + " (the smallest predicted peak of any " +
         "checkpoint layout for this model and these shapes), got " + memory::format_bytes(budget_bytes) +
@@ -354,17 +351,13 @@ AutoLayout apply_auto_layout(Transformer& model, torch::optim::Optimizer& optimi
                              std::optional<int64_t> budget_bytes,
                              const std::function<void(const std::string&)>& log,
                              const StepProfileOptions& options) {
-  CheckpointingSpec per_block;  // the profiling step's own layout: per-block recompute
-  per_block.enabled = true;
-  model.configure_checkpointing(per_block);
+  // The profiling step's own layout: per-block recompute.
+  model.set_checkpoint_plan(CheckpointPlan::simpletuner(true, std::nullopt, std::nullopt, "torch"));
   const StepModel step = profile_step(model, optimizer, parameters, batch, settings, generator, options);
   const c10::Device device = batch.latents.device();
   const int64_t budget = budget_bytes.value_or(default_memory_budget(device));
   AutoLayout chosen = plan_auto_layout(step, budget);
-  CheckpointingSpec spec;
-  spec.enabled = true;
-  spec.layouts = chosen.stack_layouts;
-  model.configure_checkpointing(spec);
+  model.set_checkpoint_plan(CheckpointPlan::from_layouts(chosen.stack_layouts));
   if (log) log("[train] gradient_checkpointing_interval " + describe_plan(chosen.plan));
   return chosen;
 }

@@ -1,5 +1,6 @@
 // `remat bench`: layouts run round-robin on one model, with the step model's predictions.
 #include "remat/train/benchmark.h"
+#include "remat/error.h"
 
 #include <algorithm>
 #include <cctype>
@@ -13,10 +14,13 @@
 #include <torch/optim/adamw.h>
 #include <torch/torch.h>
 
+#include "remat/byte_size.h"
 #include "remat/memory.h"
 #include "remat/train/auto_layout.h"
+#include "remat/train/family.h"
+#include "remat/train/optimizer.h"
 #include "remat/train/step.h"
-#include "detail/stats.h"
+#include "remat/stats.h"
 
 namespace remat::train {
 namespace {
@@ -26,7 +30,7 @@ bool all_digits(const std::string& text) {
 }
 
 [[noreturn]] void bad_layout(const std::string& name, const std::string& why) {
-  throw std::invalid_argument("[bench] layout must be off, N, N/S, ffn, offload or auto:SIZE (e.g. "
+  throw_value_error("[bench] layout must be off, N, N/S, ffn, offload or auto:SIZE (e.g. "
                               "auto:20GiB), got '" + name + "'" + (why.empty() ? "" : ": " + why));
 }
 
@@ -44,27 +48,6 @@ std::string format_size_for_name(int64_t bytes) {
 
 }  // namespace
 
-int64_t parse_byte_size(const std::string& text) {
-  size_t pos = 0;
-  while (pos < text.size() && (std::isdigit(static_cast<unsigned char>(text[pos])) || text[pos] == '.')) ++pos;
-  const std::string number = text.substr(0, pos), unit = text.substr(pos);
-  static const std::map<std::string, double> units = {
-      {"", 1.0}, {"B", 1.0}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024}, {"GiB", 1024.0 * 1024 * 1024},
-      {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}};
-  const auto it = units.find(unit);
-  double value = 0.0;
-  try {
-    value = number.empty() ? -1.0 : std::stod(number);
-  } catch (const std::exception&) {
-    value = -1.0;
-  }
-  if (it == units.end() || !(value > 0.0)) {
-    throw std::invalid_argument("[bench] size must be a positive number with an optional unit (B, KiB, "
-                                "MiB, GiB, KB, MB, GB), got '" + text + "'");
-  }
-  return static_cast<int64_t>(std::llround(value * it->second));
-}
-
 BenchmarkLayout parse_benchmark_layout(const std::string& name, const std::vector<int64_t>& stack_sizes) {
   BenchmarkLayout out;
   out.name = name;
@@ -79,10 +62,11 @@ BenchmarkLayout parse_benchmark_layout(const std::string& name, const std::vecto
   if (name.rfind("auto:", 0) == 0) {
     out.kind = BenchmarkLayout::Kind::Auto;
     try {
-      out.budget_bytes = parse_byte_size(name.substr(5));
-    } catch (const std::invalid_argument& e) {
-      bad_layout(name, e.what());
+      out.budget_bytes = parse_byte_size(name.substr(5), "the budget");
+    } catch (const c10::ValueError& e) {
+      bad_layout(name, e.what_without_backtrace());
     }
+    if (out.budget_bytes <= 0) bad_layout(name, "the budget must be more than 0 bytes");
     return out;
   }
   out.kind = BenchmarkLayout::Kind::Chain;
@@ -124,7 +108,9 @@ std::vector<std::string> default_benchmark_layouts(bool cuda, int64_t min_peak_b
   return names;
 }
 
-BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<void(const std::string&)>& log_fn) {
+BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::function<void(const std::string&)>& log_fn) {
+  BenchmarkOptions o = options;
+  if (o.model.preset.empty() && !o.model.config_json) o.model.preset = model_family(o.model.family).small_flavour;
   const auto log = [&](const std::string& line) {
     if (log_fn) log_fn(line);
   };
@@ -154,7 +140,10 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<voi
     trainable_count += p.numel();
   }
   TORCH_CHECK_VALUE(!params.empty(), "[bench] the model has no trainable parameters");
-  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-5));
+  OptimizerSettings optimizer_options;
+  optimizer_options.learning_rate = 1e-5;
+  const auto optimizer_owner = make_optimizer(params, optimizer_options);
+  torch::optim::Optimizer& optimizer = *optimizer_owner;
   at::Generator generator = at::detail::createCPUGenerator(o.seed);
   const Batch batch = model->synthetic_batch(o.batch, o.image_tokens, o.text_tokens, generator, device);
   StepSettings settings;
@@ -163,9 +152,7 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<voi
   for (const auto& name : o.layouts) parse_benchmark_layout(name, stacks);  // fail before any step
 
   // A first step (optimizer state, allocator, lazy initialisation), then the step model.
-  CheckpointingSpec per_block;
-  per_block.enabled = true;
-  model->configure_checkpointing(per_block);
+  model->set_checkpoint_plan(CheckpointPlan::simpletuner(true, std::nullopt, std::nullopt, "torch"));
   run_training_step(*model, optimizer, params, batch, settings, generator);
   StepProfileOptions profile_options;
   profile_options.ffn = true;
@@ -214,19 +201,20 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<voi
     records.push_back(r);
   }
 
-  const auto apply = [&](const BenchmarkLayout& l) {
-    CheckpointingSpec spec;
-    spec.enabled = l.kind != BenchmarkLayout::Kind::Off;
-    if (l.kind == BenchmarkLayout::Kind::Ffn) spec.backend = "torch-ffn";
-    if (l.kind == BenchmarkLayout::Kind::Chain || l.kind == BenchmarkLayout::Kind::Auto) {
-      spec.layouts = split_stack_layout(l.layout, stacks);
+  const auto plan_of = [&](const BenchmarkLayout& l) {
+    switch (l.kind) {
+      case BenchmarkLayout::Kind::Off: return CheckpointPlan::off();
+      case BenchmarkLayout::Kind::Ffn:
+        return CheckpointPlan::simpletuner(true, std::nullopt, std::nullopt, "torch-ffn");
+      case BenchmarkLayout::Kind::Chain:
+      case BenchmarkLayout::Kind::Auto: break;
     }
-    model->configure_checkpointing(spec);
+    return CheckpointPlan::from_layouts(split_stack_layout(l.layout, stacks));
   };
   std::vector<std::vector<StepMeasurement>> samples(layouts.size());
   for (int64_t round = 0; round < o.warmup + o.steps; ++round) {
     for (size_t i = 0; i < layouts.size(); ++i) {
-      apply(layouts[i]);
+      model->set_checkpoint_plan(plan_of(layouts[i]));
       const StepMeasurement m = run_training_step(*model, optimizer, params, batch, settings, generator);
       if (round >= o.warmup) samples[i].push_back(m);
     }
@@ -245,10 +233,10 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& o, const std::function<voi
       opt.push_back(m.optimizer_s);
       r.peak_bytes = std::max(r.peak_bytes, m.peak_bytes);
     }
-    r.median_step_s = detail::median(step);
-    r.median_forward_s = detail::median(fwd);
-    r.median_backward_s = detail::median(bwd);
-    r.median_optimizer_s = detail::median(opt);
+    r.median_step_s = median(step);
+    r.median_forward_s = median(fwd);
+    r.median_backward_s = median(bwd);
+    r.median_optimizer_s = median(opt);
     r.peak_error_pct = r.peak_bytes > 0 ? 100.0 * static_cast<double>(r.predicted_peak_bytes - r.peak_bytes) /
                                               static_cast<double>(r.peak_bytes)
                                         : 0.0;

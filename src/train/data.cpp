@@ -16,22 +16,6 @@ namespace remat::train {
 
 namespace fs = std::filesystem;
 
-std::string to_string(LatentFamily family) {
-  return family == LatentFamily::Flux ? "flux" : "mageflow";
-}
-
-LatentFamily parse_latent_family(const std::string& name) {
-  if (name == "flux") return LatentFamily::Flux;
-  if (name == "mageflow") return LatentFamily::MageFlow;
-  TORCH_CHECK_VALUE(false, "[LatentDataset] model family must be one of flux, mageflow, got '",
-                    name, "'");
-  return LatentFamily::Flux;  // unreachable; keeps -Wreturn-type quiet on every compiler
-}
-
-int64_t latent_channels(LatentFamily family) {
-  return family == LatentFamily::Flux ? 16 : 128;
-}
-
 namespace {
 
 constexpr const char* kLatents = "latents";
@@ -58,13 +42,12 @@ at::Generator make_generator(uint64_t seed) {
 }
 
 // Reads one key's header entry and checks its rank and dtype.
-const io::TensorInfo& require(const io::SafetensorsFile& file, LatentFamily family,
+const io::TensorInfo& require(const io::SafetensorsFile& file, const LatentLayout& family,
                               const char* key, size_t rank, const char* layout) {
   TORCH_CHECK(file.contains(key), "[LatentDataset] '", file.path(), "': missing key '", key,
-              "' (", to_string(family), " samples need ",
-              family == LatentFamily::Flux
-                  ? "latents (C, H, W), prompt_embeds (L, D), pooled_prompt_embeds (P)"
-                  : "latents (C, H, W), prompt_embeds (L, D)",
+              "' (", family.family, " samples need ",
+              family.pooled ? "latents (C, H, W), prompt_embeds (L, D), pooled_prompt_embeds (P)"
+                            : "latents (C, H, W), prompt_embeds (L, D)",
               ")");
   const auto& info = file.info(key);
   TORCH_CHECK(info.shape.size() == rank, "[LatentDataset] '", file.path(), "': ", key,
@@ -78,22 +61,22 @@ const io::TensorInfo& require(const io::SafetensorsFile& file, LatentFamily fami
   return info;
 }
 
-SampleShape validate_sample(const io::SafetensorsFile& file, LatentFamily family) {
+SampleShape validate_sample(const io::SafetensorsFile& file, const LatentLayout& family) {
   SampleShape shape;
   shape.latents = require(file, family, kLatents, 3, "(C, H, W)").shape;
   shape.prompt_embeds = require(file, family, kPromptEmbeds, 2, "(L, D)").shape;
-  if (family == LatentFamily::Flux) {
+  if (family.pooled) {
     shape.pooled_prompt_embeds = require(file, family, kPooled, 1, "(P)").shape;
   }
-  const int64_t channels = latent_channels(family);
-  TORCH_CHECK(shape.latents[0] == channels, "[LatentDataset] '", file.path(), "': latents must have ",
-              channels, " channels for ", to_string(family), " (C, H, W), got shape ",
+  TORCH_CHECK(shape.latents[0] == family.channels, "[LatentDataset] '", file.path(),
+              "': latents must have ", family.channels, " channels for ", family.family,
+              " (C, H, W), got shape ", shape_string(shape.latents));
+  const int64_t multiple = family.spatial_multiple;
+  TORCH_CHECK(shape.latents[1] % multiple == 0 && shape.latents[2] % multiple == 0,
+              "[LatentDataset] '", file.path(), "': latents H and W must be ",
+              multiple == 2 ? std::string("even") : "multiples of " + std::to_string(multiple),
+              " for ", family.family, " (", multiple, "x", multiple, " patches), got shape ",
               shape_string(shape.latents));
-  if (family == LatentFamily::Flux) {
-    TORCH_CHECK(shape.latents[1] % 2 == 0 && shape.latents[2] % 2 == 0, "[LatentDataset] '",
-                file.path(), "': latents H and W must be even for Flux 2x2 packing, got shape ",
-                shape_string(shape.latents));
-  }
   return shape;
 }
 
@@ -120,7 +103,10 @@ int64_t BatchSampler::batches_per_epoch() const {
   return total;
 }
 
-std::vector<std::vector<int64_t>> BatchSampler::epoch(uint64_t seed, int64_t epoch) const {
+std::vector<std::vector<int64_t>> BatchSampler::epoch(uint64_t seed, int64_t epoch, int64_t rank,
+                                                     int64_t world_size) const {
+  TORCH_CHECK_VALUE(world_size >= 1 && rank >= 0 && rank < world_size,
+                    "[BatchSampler] rank must be in [0, world_size = ", world_size, "), got ", rank);
   auto generator = make_generator(mix(seed, static_cast<uint64_t>(epoch)));
   const auto n = static_cast<int64_t>(bucket_of_.size());
   const auto order = at::randperm(n, generator, at::kLong);
@@ -141,9 +127,9 @@ std::vector<std::vector<int64_t>> BatchSampler::epoch(uint64_t seed, int64_t epo
   }
   const auto batch_order =
       at::randperm(static_cast<int64_t>(batches.size()), generator, at::kLong);
+  // Every rank draws the same order and keeps its share: batches rank, rank + W, rank + 2W, ...
   std::vector<std::vector<int64_t>> shuffled;
-  shuffled.reserve(batches.size());
-  for (int64_t i = 0; i < batch_order.numel(); ++i) {
+  for (int64_t i = rank; i < batch_order.numel(); i += world_size) {
     shuffled.push_back(std::move(batches[batch_order.data_ptr<int64_t>()[i]]));
   }
   return shuffled;
@@ -151,13 +137,13 @@ std::vector<std::vector<int64_t>> BatchSampler::epoch(uint64_t seed, int64_t epo
 
 // ---- LatentDataset ----
 
-LatentDataset LatentDataset::open(const std::string& dir, LatentFamily family) {
+LatentDataset LatentDataset::open(const std::string& dir, const LatentLayout& layout) {
   std::error_code ec;
   TORCH_CHECK(fs::is_directory(dir, ec), "[LatentDataset] '", dir, "' is not a directory",
               ec ? ": " + ec.message() : std::string());
   LatentDataset dataset;
   dataset.dir_ = dir;
-  dataset.family_ = family;
+  dataset.layout_ = layout;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_regular_file() && entry.path().extension() == ".safetensors") {
       dataset.paths_.push_back(entry.path().string());
@@ -169,7 +155,7 @@ LatentDataset LatentDataset::open(const std::string& dir, LatentFamily family) {
 
   for (const auto& path : dataset.paths_) {
     const auto file = io::SafetensorsFile::open(path);
-    auto shape = validate_sample(file, family);
+    auto shape = validate_sample(file, layout);
     if (!dataset.shapes_.empty()) {
       // C is fixed by the family; D and P must agree so that a model can read every sample.
       const auto& first = dataset.shapes_.front();
@@ -200,7 +186,7 @@ const SampleShape& LatentDataset::shape(int64_t i) const {
 
 Sample LatentDataset::get(int64_t i) const {
   const auto file = io::SafetensorsFile::open(path(i));
-  const auto shape = validate_sample(file, family_);
+  const auto shape = validate_sample(file, layout_);
   TORCH_CHECK(shape == shapes_[i], "[LatentDataset] '", file.path(),
               "' changed since the dataset was opened: latents ", shape_string(shape.latents),
               " (was ", shape_string(shapes_[i].latents), "), prompt_embeds ",
@@ -210,7 +196,7 @@ Sample LatentDataset::get(int64_t i) const {
   sample.path = file.path();
   sample.latents = file.tensor(kLatents);
   sample.prompt_embeds = file.tensor(kPromptEmbeds);
-  if (family_ == LatentFamily::Flux) sample.pooled_prompt_embeds = file.tensor(kPooled);
+  if (layout_.pooled) sample.pooled_prompt_embeds = file.tensor(kPooled);
   return sample;
 }
 
@@ -239,8 +225,9 @@ Batch LatentDataset::get_batch(const std::vector<int64_t>& indices) const {
 }
 
 std::vector<std::vector<int64_t>> LatentDataset::epoch_batches(uint64_t seed, int64_t epoch,
-                                                               int64_t batch_size) const {
-  return BatchSampler(shapes_, batch_size).epoch(seed, epoch);
+                                                               int64_t batch_size, int64_t rank,
+                                                               int64_t world_size) const {
+  return BatchSampler(shapes_, batch_size).epoch(seed, epoch, rank, world_size);
 }
 
 // ---- demo dataset ----
@@ -264,15 +251,17 @@ at::Tensor cosine_patterns(int64_t height, int64_t width) {
 
 }  // namespace
 
-LatentDataset make_demo_dataset(const std::string& dir, LatentFamily family, int64_t num_samples,
-                                uint64_t seed, const DemoDatasetOptions& options) {
-  const bool flux = family == LatentFamily::Flux;
+LatentDataset make_demo_dataset(const std::string& dir, const LatentLayout& layout,
+                                int64_t num_samples, uint64_t seed, const DemoDatasetOptions& options) {
+  const int64_t multiple = layout.spatial_multiple;
   TORCH_CHECK_VALUE(num_samples >= 1, "[make_demo_dataset] num_samples must be >= 1, got ",
                     num_samples);
   TORCH_CHECK_VALUE(!options.sizes.empty(), "[make_demo_dataset] sizes must not be empty");
   for (const auto& [h, w] : options.sizes) {
-    TORCH_CHECK_VALUE(h > 0 && w > 0 && (!flux || (h % 2 == 0 && w % 2 == 0)),
-                      "[make_demo_dataset] latent sizes must be > 0", flux ? " and even for flux" : "",
+    TORCH_CHECK_VALUE(h > 0 && w > 0 && h % multiple == 0 && w % multiple == 0,
+                      "[make_demo_dataset] latent sizes must be > 0",
+                      multiple > 1 ? " and multiples of " + std::to_string(multiple) + " for " + layout.family
+                                   : std::string(),
                       ", got ", h, "x", w);
   }
   TORCH_CHECK_VALUE(options.text_tokens >= 1, "[make_demo_dataset] text_tokens must be >= 1, got ",
@@ -283,7 +272,7 @@ LatentDataset make_demo_dataset(const std::string& dir, LatentFamily family, int
   TORCH_CHECK_VALUE(options.joint_attention_dim >= 1,
                     "[make_demo_dataset] joint_attention_dim must be >= 1, got ",
                     options.joint_attention_dim);
-  TORCH_CHECK_VALUE(!flux || options.pooled_projection_dim >= 1,
+  TORCH_CHECK_VALUE(!layout.pooled || options.pooled_projection_dim >= 1,
                     "[make_demo_dataset] pooled_projection_dim must be >= 1, got ",
                     options.pooled_projection_dim);
   TORCH_CHECK_VALUE(options.concept_dim >= 1, "[make_demo_dataset] concept_dim must be >= 1, got ",
@@ -309,7 +298,7 @@ LatentDataset make_demo_dataset(const std::string& dir, LatentFamily family, int
   const int64_t L = options.text_tokens;
   const int64_t D = options.joint_attention_dim;
   const int64_t P = options.pooled_projection_dim;
-  const int64_t C = latent_channels(family);
+  const int64_t C = layout.channels;
   const int64_t captions = options.num_captions > 0 ? options.num_captions : num_samples;
   const auto f64 = at::TensorOptions().dtype(at::kDouble);
 
@@ -322,7 +311,7 @@ LatentDataset make_demo_dataset(const std::string& dir, LatentFamily family, int
   const auto coefficients = at::randn({k, C, 9}, world, f64) / 3.0;
   const auto codes = at::randn({captions, k}, world, f64);
   const auto lengths =
-      (!flux && options.text_tokens_min > 0)
+      (layout.variable_text_length && options.text_tokens_min > 0)
           ? at::randint(options.text_tokens_min, L + 1, {captions}, world, at::kLong)
           : at::full({captions}, L, at::kLong);
 
@@ -345,15 +334,15 @@ LatentDataset make_demo_dataset(const std::string& dir, LatentFamily family, int
 
     std::vector<io::NamedTensor> entries = {{kLatents, latents.to(options.dtype)},
                                             {kPromptEmbeds, prompt.to(options.dtype)}};
-    if (flux) entries.emplace_back(kPooled, (at::matmul(z, pooled_map) * inv_sqrt_k).to(options.dtype));
+    if (layout.pooled) entries.emplace_back(kPooled, (at::matmul(z, pooled_map) * inv_sqrt_k).to(options.dtype));
     char name[64];
     std::snprintf(name, sizeof(name), "sample_%06lld.safetensors", static_cast<long long>(i));
     io::save_safetensors((fs::path(dir) / name).string(), entries,
-                         {{"remat.family", to_string(family)},
+                         {{"remat.family", layout.family},
                           {"remat.demo_seed", std::to_string(seed)},
                           {"remat.caption_index", std::to_string(c)}});
   }
-  return LatentDataset::open(dir, family);
+  return LatentDataset::open(dir, layout);
 }
 
 }  // namespace remat::train

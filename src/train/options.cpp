@@ -7,6 +7,8 @@
 // (simpletuner_sdk/server/services/field_registry/sections/*.py) unless a comment says otherwise.
 #include "remat/train/options.h"
 
+#include "option_builder.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -14,6 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <map>
+#include <regex>
+
+#include "remat/checkpoint_plan.h"
+#include "remat/train/family.h"
 
 namespace remat::train {
 namespace {
@@ -22,121 +29,6 @@ std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
 }
-
-// Shortest text that reads back to the same double, with a ".0" on whole numbers so that a float
-// option's default never looks like an integer ("3.0", "4e-07").
-std::string render_float(double v) {
-  char buf[64];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::string s = buf;
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
-struct Binding {
-  std::function<void(TrainConfig&, const OptionValue&)> assign;
-  std::function<std::optional<std::string>(const TrainConfig&)> render;
-};
-
-Binding bind(bool TrainConfig::*m) {
-  return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<bool>(v); },
-          [m](const TrainConfig& c) -> std::optional<std::string> { return c.*m ? "true" : "false"; }};
-}
-Binding bind(int64_t TrainConfig::*m) {
-  return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<int64_t>(v); },
-          [m](const TrainConfig& c) -> std::optional<std::string> { return std::to_string(c.*m); }};
-}
-Binding bind(double TrainConfig::*m) {
-  return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<double>(v); },
-          [m](const TrainConfig& c) -> std::optional<std::string> { return render_float(c.*m); }};
-}
-// A string field; unset (nullable options only) is stored as "".
-Binding bind(std::string TrainConfig::*m) {
-  return {[m](TrainConfig& c, const OptionValue& v) {
-            c.*m = std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : std::string();
-          },
-          [m](const TrainConfig& c) -> std::optional<std::string> {
-            if ((c.*m).empty()) return std::nullopt;
-            return c.*m;
-          }};
-}
-Binding bind(std::optional<std::string> TrainConfig::*m) {
-  return {[m](TrainConfig& c, const OptionValue& v) {
-            if (std::holds_alternative<std::string>(v)) c.*m = std::get<std::string>(v);
-            else c.*m = std::nullopt;
-          },
-          [m](const TrainConfig& c) { return c.*m; }};
-}
-Binding bind(std::optional<double> TrainConfig::*m) {
-  return {[m](TrainConfig& c, const OptionValue& v) {
-            if (std::holds_alternative<double>(v)) c.*m = std::get<double>(v);
-            else c.*m = std::nullopt;
-          },
-          [m](const TrainConfig& c) -> std::optional<std::string> {
-            if (!(c.*m)) return std::nullopt;
-            return render_float(*(c.*m));
-          }};
-}
-Binding bind(std::optional<int64_t> TrainConfig::*m, bool bytes = false) {
-  return {[m](TrainConfig& c, const OptionValue& v) {
-            if (std::holds_alternative<int64_t>(v)) c.*m = std::get<int64_t>(v);
-            else c.*m = std::nullopt;
-          },
-          [m, bytes](const TrainConfig& c) -> std::optional<std::string> {
-            if (!(c.*m)) return std::nullopt;
-            return bytes ? format_byte_size(*(c.*m)) : std::to_string(*(c.*m));
-          }};
-}
-// gradient_checkpointing_interval: a whole number of blocks, or the keyword "auto" (the budget
-// planner picks the layout), stored in two fields.
-Binding bind_interval() {
-  return {[](TrainConfig& c, const OptionValue& v) {
-            c.gradient_checkpointing_interval_auto = std::holds_alternative<std::string>(v);
-            if (std::holds_alternative<int64_t>(v)) c.gradient_checkpointing_interval = std::get<int64_t>(v);
-            else c.gradient_checkpointing_interval = std::nullopt;
-          },
-          [](const TrainConfig& c) -> std::optional<std::string> {
-            if (c.gradient_checkpointing_interval_auto) return "auto";
-            if (!c.gradient_checkpointing_interval) return std::nullopt;
-            return std::to_string(*c.gradient_checkpointing_interval);
-          }};
-}
-
-// Fluent construction of one table row.
-class Opt {
- public:
-  Opt(std::string section, std::string name, OptionType type, Binding binding, std::string help) {
-    spec_.section = std::move(section);
-    spec_.name = std::move(name);
-    spec_.type = type;
-    spec_.assign = std::move(binding.assign);
-    spec_.render = std::move(binding.render);
-    spec_.help = std::move(help);
-  }
-  Opt& tooltip(std::string t) { spec_.tooltip = std::move(t); return *this; }
-  Opt& min(double v, bool exclusive = false) { spec_.minimum = v; spec_.exclusive_minimum = exclusive; return *this; }
-  Opt& max(double v) { spec_.maximum = v; return *this; }
-  Opt& choices(std::vector<std::string> c) { spec_.choices = std::move(c); return *this; }
-  Opt& keywords(std::vector<std::string> k) { spec_.keywords = std::move(k); return *this; }
-  Opt& nullable() { spec_.nullable = true; return *this; }
-  Opt& depends(std::string option, std::string equals) {
-    spec_.depends_on.push_back({std::move(option), std::move(equals)});
-    return *this;
-  }
-  Opt& checkpointing() { spec_.checkpointing = true; return *this; }
-  Opt& alias(std::string a) { spec_.aliases.push_back(std::move(a)); return *this; }
-  Opt& default_note(std::string n) { spec_.default_note = std::move(n); return *this; }
-  OptionSpec done() {
-    spec_.default_value = spec_.render(TrainConfig{});
-    return std::move(spec_);
-  }
-
- private:
-  OptionSpec spec_;
-};
 
 using T = OptionType;
 using C = TrainConfig;
@@ -150,22 +42,39 @@ const char* const kCkpt = "Gradient checkpointing";
 const char* const kData = "Data and output";
 const char* const kRuntime = "Runtime";
 
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
 std::vector<OptionSpec> build_registry() {
   std::vector<OptionSpec> r;
   const auto add = [&r](Opt o) { r.push_back(o.done()); };
   // clang-format off
   // ---- Model ----
+  // The families' names, presets and defaults come from the family registry.
+  std::vector<std::string> family_names, all_flavours, default_flavours;
+  std::map<std::string, std::vector<std::string>> flavours_by_family;
+  std::vector<std::string> family_titles;
+  for (const ModelFamily* f : model_families()) {
+    family_names.push_back(f->name);
+    family_titles.push_back(f->display_name.empty() ? f->name : f->display_name);
+    all_flavours.insert(all_flavours.end(), f->flavours.begin(), f->flavours.end());
+    default_flavours.push_back(f->default_flavour);
+    flavours_by_family[f->name] = f->flavours;
+  }
   add(Opt(kModel, "model_family", T::Choice, bind(&C::model_family),
-          "The architecture to train: Flux.1 or MageFlow")
-      .choices({"flux", "mageflow"}));
+          "The architecture to train: " + join(family_titles, " or "))
+      .choices(family_names));
   add(Opt(kModel, "model_flavour", T::Choice, bind(&C::model_flavour),
           "Preset of the model family (number of blocks, widths)")
-      .choices({"flux-dev", "flux-schnell", "flux-tiny", "flux-small",
-                "mageflow-4b", "mageflow-tiny", "mageflow-small"})
+      .choices(all_flavours)
+      .choices_by("model_family", flavours_by_family)
       .nullable()
       .tooltip("Must belong to model_family. The -tiny and -small presets are small configurations "
                "for tests and benchmarks.")
-      .default_note("unset (the family's default: flux-dev, mageflow-4b)"));
+      .default_note("unset (the family's default: " + join(default_flavours, ", ") + ")"));
   add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind(&C::pretrained_model_name_or_path),
           "Transformer weights: a .safetensors file with diffusers key names")
       .nullable()
@@ -182,13 +91,6 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kLora, "lora_alpha", T::Float, bind(&C::lora_alpha),
           "Scales the LoRA effect: scale = lora_alpha / lora_rank (usually equal to rank)")
       .min(0, true).nullable().depends("model_type", "lora").default_note("unset (= lora_rank)"));
-  add(Opt(kLora, "flux_lora_target", T::Choice, bind(&C::flux_lora_target),
-          "Which layers to train in Flux models")
-      .choices({"default", "all", "context", "context+ffs", "all+ffs", "all+ffs+embedder",
-                "ai-toolkit", "tiny", "nano"})
-      .depends("model_type", "lora").depends("model_family", "flux")
-      .tooltip("'all' trains all attention layers. 'context' only trains text layers. '+ffs' "
-               "includes feed-forward layers."));
   // ---- Optimizer and learning rate ----
   add(Opt(kOptim, "learning_rate", T::Float, bind(&C::learning_rate), "Base learning rate for training")
       .min(0).max(1)
@@ -243,11 +145,6 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("Sigmas are sigmoid(scale * n) with n ~ N(0, 1) (logit-normal) before the shift."));
   add(Opt(kFlow, "flow_use_uniform_schedule", T::Bool, bind(&C::flow_use_uniform_schedule),
           "Use uniform schedule instead of sigmoid for flow-matching"));
-  add(Opt(kFlow, "flux_guidance_value", T::Float, bind(&C::flux_guidance_value),
-          "Guidance value fed to guidance-distilled Flux models (flux-dev) during training")
-      .min(0)
-      .tooltip("SimpleTuner trains dev with 1.0 (no distilled guidance); ignored by models without "
-               "a guidance embedder (schnell)."));
   // ---- Gradient checkpointing ----
   add(Opt(kCkpt, "gradient_checkpointing", T::Bool, bind(&C::gradient_checkpointing),
           "Trade compute for memory by recomputing activations")
@@ -265,12 +162,13 @@ std::vector<OptionSpec> build_registry() {
           "Start a checkpointed chunk every N blocks; the blocks between chunks keep their "
           "activations (leave blank for N = interval)")
       .min(1).nullable().checkpointing().depends("gradient_checkpointing", "true")
+      .at_least("gradient_checkpointing_interval")
       .tooltip("Must be at least the interval; needs an interval. With interval 2 and stride 4, "
                "blocks 0-1 are checkpointed, 2-3 run normally, 4-5 are checkpointed, and so on."));
   add(Opt(kCkpt, "gradient_checkpointing_backend", T::Choice, bind(&C::gradient_checkpointing_backend),
           "Backend and scope for gradient checkpointing. torch recomputes activations; unsloth "
           "offloads the saved block inputs to pinned host memory")
-      .choices({"torch", "unsloth", "torch-ffn", "unsloth-ffn"})
+      .choices(CheckpointPlan::backend_names())
       .checkpointing().depends("gradient_checkpointing", "true")
       .tooltip("FFN-only variants (-ffn) checkpoint the feed-forward half of each block and do not "
                "use contiguous chunks. unsloth needs CUDA: on CPU the saved tensors stay in place."));
@@ -302,14 +200,25 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("latest resumes from the newest checkpoint in output_dir and starts fresh when there "
                "is none. Leave blank to start from scratch."));
   // ---- Runtime ----
-  add(Opt(kRuntime, "device", T::Choice, bind(&C::device), "Device to train on")
-      .choices({"auto", "cpu", "cuda"})
-      .tooltip("auto picks cuda when available, else cpu."));
+  add(Opt(kRuntime, "device", T::String, bind(&C::device), "Device to train on: auto, cpu, cuda or cuda:N")
+      .pattern("auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a device index)")
+      .tooltip("auto picks cuda when available, else cpu; cuda:1 is the second GPU."));
   add(Opt(kRuntime, "num_threads", T::Int, bind(&C::num_threads),
           "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0));
   add(Opt(kRuntime, "report_every", T::Int, bind(&C::report_every),
           "Log loss, learning rate, step time and peak memory every N steps").min(1));
   // clang-format on
+  // The families' own options, each placed at the end of its section.
+  for (const ModelFamily* f : model_families()) {
+    if (!f->options) continue;
+    for (auto& spec : f->options()) r.push_back(std::move(spec));
+  }
+  const std::vector<std::string> order = {kModel, kLora, kOptim, kTraining, kFlow, kCkpt, kData, kRuntime};
+  const auto rank = [&](const OptionSpec& spec) {
+    return std::find(order.begin(), order.end(), spec.section) - order.begin();
+  };
+  std::stable_sort(r.begin(), r.end(),
+                   [&](const OptionSpec& a, const OptionSpec& b) { return rank(a) < rank(b); });
   return r;
 }
 
@@ -336,11 +245,6 @@ std::string closest_of(std::string_view word, const std::vector<std::string>& ca
   return best;
 }
 
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
 
 std::string number_text(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
@@ -363,7 +267,7 @@ std::string describe_valid(const OptionSpec& spec) {
     case T::Bool: d = "true or false"; break;
     case T::Int: d = "an integer" + range; break;
     case T::Float: d = "a number" + range; break;
-    case T::String: d = "a string"; break;
+    case T::String: d = spec.pattern.empty() ? "a string" : spec.pattern_description; break;
     case T::Choice: d = "one of " + join(spec.choices, ", "); break;
     case T::Path: d = "a path"; break;
     case T::Bytes:
@@ -413,6 +317,7 @@ std::string OptionSpec::doc_anchor() const { return "docs/OPTIONS.md#--" + name;
 std::string OptionSpec::signature() const {
   std::string s = option_type_name(type);
   if (type == T::Choice) s += ": " + join(choices, "|");
+  if (type == T::String && !pattern.empty()) s += ": " + pattern_description;
   if (type == T::Int || type == T::Float) {
     if (minimum && maximum) {
       s += std::string(" in ") + (exclusive_minimum ? "(" : "[") + number_text(*minimum) + ", " +
@@ -428,18 +333,24 @@ std::string OptionSpec::signature() const {
 }
 
 const std::vector<OptionSpec>& option_specs() {
-  static const std::vector<OptionSpec> registry = build_registry();
+  // Rebuilt when a family registers (its name, presets and options join the registry).
+  static std::vector<OptionSpec> registry;
+  static uint64_t built_for = ~uint64_t{0};
+  if (built_for != model_family_generation()) {
+    registry = build_registry();
+    built_for = model_family_generation();
+  }
   return registry;
 }
 
 const std::vector<std::string>& option_sections() {
-  static const std::vector<std::string> sections = [] {
-    std::vector<std::string> out;
-    for (const auto& spec : option_specs()) {
-      if (std::find(out.begin(), out.end(), spec.section) == out.end()) out.push_back(spec.section);
+  static std::vector<std::string> sections;
+  sections.clear();
+  for (const auto& spec : option_specs()) {
+    if (std::find(sections.begin(), sections.end(), spec.section) == sections.end()) {
+      sections.push_back(spec.section);
     }
-    return out;
-  }();
+  }
   return sections;
 }
 
@@ -505,6 +416,7 @@ OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::
       return v;
     }
     case T::String:
+      if (!spec.pattern.empty() && !std::regex_match(text, std::regex(spec.pattern))) invalid(spec, text);
       return text;
     case T::Path:
       if (text.empty()) invalid(spec, text);

@@ -122,6 +122,16 @@ std::string options_json() {
     p["section"] = spec.section;
     p["checkpointing"] = spec.checkpointing;
     if (!spec.aliases.empty()) p["aliases"] = spec.aliases;
+    if (!spec.choices_depend_on.empty()) {
+      p["choicesBy"] = {{"option", spec.choices_depend_on}, {"choices", spec.choices_by_value}};
+    }
+    if (!spec.pattern.empty()) p["pattern"] = "^(" + spec.pattern + ")$";
+    if (!spec.relations.empty()) {
+      ordered_json relations = ordered_json::array();
+      for (const auto& r : spec.relations) relations.push_back({{"atLeast", r.option}});
+      p["relations"] = relations;
+    }
+    if (!spec.deprecated.empty()) p["deprecated"] = spec.deprecated;
     p["docs"] = spec.doc_anchor();
     properties[spec.name] = p;
   }
@@ -169,7 +179,9 @@ std::string options_markdown() {
       const std::string sig = spec.signature();
       std::string type_part = sig.substr(0, sig.find(", default "));
       type_part = type_part.substr(0, type_part.find(" | "));
-      if (spec.type != OptionType::Choice && type_part != option_type_name(spec.type)) {
+      if (!spec.pattern.empty()) {
+        out << " (" << spec.pattern_description << ")";
+      } else if (spec.type != OptionType::Choice && type_part != option_type_name(spec.type)) {
         out << " (" << type_part.substr(option_type_name(spec.type).size() + 1) << ")";
       }
       for (const auto& k : spec.keywords) out << " or `" << k << "`";
@@ -177,6 +189,13 @@ std::string options_markdown() {
       out << "- **What**: " << spec.help << "\n";
       if (!spec.tooltip.empty()) out << "- **Note**: " << spec.tooltip << "\n";
       if (!spec.depends_on.empty()) out << "- **Takes effect when**: " << dependency_text(spec) << "\n";
+      for (const auto& [on, choices] : spec.choices_by_value) {
+        out << "- **With `" << spec.choices_depend_on << "` = `" << on << "`**: ";
+        for (size_t i = 0; i < choices.size(); ++i) out << (i ? ", `" : "`") << choices[i] << "`";
+        out << "\n";
+      }
+      for (const auto& r : spec.relations) out << "- **At least**: `" << r.option << "` (when both are set)\n";
+      if (!spec.deprecated.empty()) out << "- **Deprecated**: " << spec.deprecated << "\n";
       if (!spec.aliases.empty()) {
         out << "- **Also accepted as**: ";
         for (size_t i = 0; i < spec.aliases.size(); ++i) out << (i ? ", `" : "`") << spec.aliases[i] << "`";

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/memory.h"
-#include "detail/stats.h"
+#include "remat/stats.h"
 
 namespace remat::train {
 namespace {
@@ -64,7 +64,7 @@ bool ProgressReporter::stream_is_terminal(std::FILE* stream) { return isatty(fil
 
 std::string ProgressReporter::line(const StepRecord& r) const {
   // The ETA uses the median of recent steps: the first steps (warm-up, allocation) are slower.
-  const double per_step = detail::median(recent_step_seconds_);
+  const double per_step = median(recent_step_seconds_);
   const double eta = per_step * static_cast<double>(std::max<int64_t>(total_ - r.step, 0));
   std::ostringstream out;
   out << "step " << r.step << "/" << total_;
@@ -106,7 +106,7 @@ RunSummary summarize(const std::vector<StepRecord>& records) {
     s.peak_bytes = std::max(s.peak_bytes, r.peak_bytes);
     s.total_seconds += r.step_seconds;
   }
-  s.median_step_seconds = detail::median(times);
+  s.median_step_seconds = median(times);
   s.first_loss = records.front().loss;
   const size_t window = std::min<size_t>(10, records.size());
   double head = 0, tail = 0;

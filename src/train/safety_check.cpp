@@ -6,6 +6,9 @@
 
 #include <algorithm>
 
+#include "remat/train/family.h"
+#include "remat/train/options.h"
+
 namespace remat::train {
 namespace {
 
@@ -27,13 +30,12 @@ std::string families_with(const std::vector<FamilyCheckpointing>& families,
 
 }  // namespace
 
-const std::vector<FamilyCheckpointing>& checkpointing_support() {
-  // Both transformers segment their whole-block paths (MODELS.md §5.1, §5.2) and split each block
-  // at its feed-forward half for the -ffn backends.
-  static const std::vector<FamilyCheckpointing> table{
-      {"flux", /*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true},
-      {"mageflow", /*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true},
-  };
+std::vector<FamilyCheckpointing> checkpointing_support() {
+  std::vector<FamilyCheckpointing> table;
+  for (const ModelFamily* f : model_families()) {
+    table.push_back({f->name, f->checkpointing.interval, f->checkpointing.segment_stride,
+                     f->checkpointing.ffn_scope});
+  }
   return table;
 }
 
@@ -45,29 +47,18 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
   auto& interval = config.gradient_checkpointing_interval;
   auto& stride = config.gradient_checkpointing_segment_stride;
 
-  // 1. Checkpointing off: the layout options are kept but do nothing.
-  if (!config.gradient_checkpointing) {
-    const auto no_effect = [&](const std::string& option, const std::string& value) {
-      warnings.push_back("[train] " + option + "=" + value +
-                         " has no effect because gradient_checkpointing is false");
-    };
-    if (config.gradient_checkpointing_interval_auto) no_effect("gradient_checkpointing_interval", "auto");
-    else if (interval) no_effect("gradient_checkpointing_interval", std::to_string(*interval));
-    if (stride) no_effect("gradient_checkpointing_segment_stride", std::to_string(*stride));
-    if (config.gradient_checkpointing_backend != TrainConfig{}.gradient_checkpointing_backend) {
-      no_effect("gradient_checkpointing_backend", config.gradient_checkpointing_backend);
-    }
-    if (config.gradient_checkpointing_memory_budget) {
-      no_effect("gradient_checkpointing_memory_budget",
-                format_byte_size(*config.gradient_checkpointing_memory_budget));
-    }
-  }
+  // Every error is collected and thrown together at the end.
+  std::vector<Diagnostic> errors;
+  const auto error = [&](const std::string& option, const std::string& value, const std::string& message) {
+    errors.push_back({Diagnostic::Severity::Error, option, value, message});
+  };
 
   // 2. Interval: positive; 1 is per-block checkpointing, which is what "unset" means.
   if (interval && *interval <= 0) {
-    throw ValidationError("gradient_checkpointing_interval", std::to_string(*interval),
-                          "[train] gradient_checkpointing_interval must be an integer >= 1 or auto (leave "
-                          "blank for per-block checkpointing), got " + std::to_string(*interval));
+    error("gradient_checkpointing_interval", std::to_string(*interval),
+          "[train] gradient_checkpointing_interval must be an integer >= 1 or auto (leave blank for "
+          "per-block checkpointing), got " + std::to_string(*interval));
+    interval.reset();
   }
   if (interval && *interval == 1) interval.reset();
 
@@ -84,10 +75,9 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
   if (stride) {
     const std::string value = std::to_string(*stride);
     if (*stride <= 0) {
-      throw ValidationError("gradient_checkpointing_segment_stride", value,
-                            "[train] gradient_checkpointing_segment_stride must be an integer >= 1, got " + value);
-    }
-    if (!family.segment_stride) {
+      error("gradient_checkpointing_segment_stride", value,
+            "[train] gradient_checkpointing_segment_stride must be an integer >= 1, got " + value);
+    } else if (!family.segment_stride) {
       warnings.push_back("[train] gradient_checkpointing_segment_stride is not supported with " +
                          config.model_family + " models and is ignored (supported: " +
                          families_with(families, &FamilyCheckpointing::segment_stride) + ")");
@@ -100,20 +90,21 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
       warnings.push_back("[train] gradient_checkpointing_segment_stride=" + value +
                          " requires gradient_checkpointing_interval greater than 1; ignoring segment stride");
       stride.reset();
-    } else if (*stride < *interval) {
-      throw ValidationError("gradient_checkpointing_segment_stride", value,
-                            "[train] gradient_checkpointing_segment_stride must be >= "
-                            "gradient_checkpointing_interval (" + std::to_string(*interval) + "), got " + value);
+    } else {
+      // stride >= interval: the registry's relation.
+      for (auto& d : relation_diagnostics(config, "gradient_checkpointing_segment_stride")) {
+        errors.push_back(std::move(d));
+      }
     }
   }
 
   // 5. The -ffn scope needs a block split at its feed-forward half.
   if (config.checkpoint_ffn_only() && !family.ffn_scope) {
-    throw ValidationError("gradient_checkpointing_backend", config.gradient_checkpointing_backend,
-                          "[train] gradient_checkpointing_backend must be torch or unsloth for " +
-                              config.model_family + " models (the -ffn scope is supported by: " +
-                              families_with(families, &FamilyCheckpointing::ffn_scope) + "), got " +
-                              config.gradient_checkpointing_backend);
+    error("gradient_checkpointing_backend", config.gradient_checkpointing_backend,
+          "[train] gradient_checkpointing_backend must be torch or unsloth for " + config.model_family +
+              " models (the -ffn scope is supported by: " +
+              families_with(families, &FamilyCheckpointing::ffn_scope) + "), got " +
+              config.gradient_checkpointing_backend);
   }
 
   // 6. Offload moves CUDA tensors only (remat::Backend::Offload).
@@ -124,14 +115,11 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
                        (config.checkpoint_ffn_only() ? std::string("torch-ffn") : std::string("torch")) + ")");
   }
 
-  // 7. The budget only feeds the auto planner.
-  if (config.gradient_checkpointing && config.gradient_checkpointing_memory_budget &&
-      !config.gradient_checkpointing_interval_auto) {
-    warnings.push_back("[train] gradient_checkpointing_memory_budget=" +
-                       format_byte_size(*config.gradient_checkpointing_memory_budget) +
-                       " is only used with gradient_checkpointing_interval=auto; ignoring it");
-    config.gradient_checkpointing_memory_budget.reset();
-  }
+  // 1 and 7. Options whose dependency does not hold (depends_on in the registry): with
+  // checkpointing off they do nothing; a budget without interval auto is dropped.
+  for (const auto& d : dependency_diagnostics(config, /*checkpointing=*/true)) warnings.push_back(d.message);
+
+  if (!errors.empty()) throw ValidationErrors(std::move(errors));
   return warnings;
 }
 

@@ -1,13 +1,13 @@
-// One measured training step, shared by `remat bench` and the auto-layout profile.
+// One training step in phases (remat/train/step.h).
 #include "remat/train/step.h"
 
-#include <chrono>
 #include <cmath>
 
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/torch.h>
 
+#include "remat/autocast.h"
 #include "remat/memory.h"
-#include "train/step_impl.h"
 
 namespace remat::train {
 namespace {
@@ -24,60 +24,158 @@ void synchronize_device(const c10::Device& device) {
   impl.getStream(device).synchronize();
 }
 
-detail::AutocastSnapshot autocast_snapshot(const std::optional<at::ScalarType>& dtype,
-                                           const c10::Device& device) {
-  detail::AutocastSnapshot s = detail::AutocastSnapshot::capture();
-  if (dtype) {
-    if (device.is_cuda()) {
-      s.cuda_enabled = true;
-      s.cuda_dtype = *dtype;
-    } else {
-      s.cpu_enabled = true;
-      s.cpu_dtype = *dtype;
-    }
+double StepResult::loss() const {
+  // Accumulated in double, one micro-batch at a time, as the mean has always been computed.
+  const double n = static_cast<double>(micro_losses.size());
+  double mean = 0.0;
+  for (const auto& l : micro_losses) mean += l.item<double>() / n;
+  return mean;
+}
+
+double StepResult::grad_norm_value() const { return grad_norm.defined() ? grad_norm.item<double>() : 0.0; }
+
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm) {
+  // torch::nn::utils::clip_grad_norm_ (norm 2) step for step, minus its final item().
+  std::vector<at::Tensor> norms;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    norms.push_back(p.grad().data().norm(2.0));
   }
-  return s;
+  if (norms.empty()) return {};
+  at::Tensor total = norms.size() == 1 ? norms[0] : at::stack(norms).norm(2.0);
+  const at::Tensor coefficient = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
+  for (auto& g : grads) g.data().mul_(coefficient);
+  return total;
+}
+
+TrainingStep::TrainingStep(Transformer& model, torch::optim::Optimizer& optimizer,
+                           std::vector<at::Tensor> parameters, StepSettings settings)
+    : model_(model), optimizer_(optimizer), parameters_(std::move(parameters)), settings_(settings) {}
+
+void TrainingStep::add_observer(StepObserver* observer) { observers_.push_back(observer); }
+
+void TrainingStep::begin(StepPhase phase) {
+  for (auto* o : observers_) o->phase_begin(phase, device_);
+}
+
+void TrainingStep::end(StepPhase phase) {
+  for (auto* o : observers_) o->phase_end(phase, device_);
+}
+
+std::vector<at::Tensor> TrainingStep::forward_backward(const std::vector<Batch>& micro_batches,
+                                                       at::Generator& generator) {
+  TORCH_CHECK_VALUE(!micro_batches.empty(), "[step] needs at least one micro-batch");
+  device_ = micro_batches.front().latents.device();
+  const double n = static_cast<double>(micro_batches.size());
+  const AutocastSnapshot autocast = AutocastSnapshot::with(settings_.autocast, device_);
+  std::vector<at::Tensor> losses;
+  for (const Batch& batch : micro_batches) {
+    begin(StepPhase::ForwardBackward);
+    at::Tensor loss;
+    {
+      AutocastGuard mixed_precision(autocast);
+      loss = model_.flow_matching_loss(batch, settings_.flow, generator);
+    }
+    for (auto* o : observers_) o->forward_done(device_);
+    // Gradient accumulation scales each loss by 1/n (exact, and skipped, for one micro-batch).
+    (micro_batches.size() == 1 ? loss : loss / n).backward();
+    // A copy of the value alone: the loss may share a larger reduction buffer (16 KiB on CPU),
+    // which would otherwise stay alive through the optimizer step.
+    losses.push_back(loss.detach().clone());
+    end(StepPhase::ForwardBackward);
+  }
+  return losses;
+}
+
+void TrainingStep::sync_gradients() {
+  if (!sync_) return;
+  begin(StepPhase::GradientSync);
+  sync_(parameters_);
+  end(StepPhase::GradientSync);
+}
+
+at::Tensor TrainingStep::clip_gradients() {
+  if (!(settings_.max_grad_norm > 0) && !settings_.measure_grad_norm) return {};
+  begin(StepPhase::Clip);
+  const double max_norm = settings_.max_grad_norm > 0 ? settings_.max_grad_norm : INFINITY;
+  at::Tensor norm = clip_grad_norm(parameters_, max_norm);
+  end(StepPhase::Clip);
+  return norm;
+}
+
+void TrainingStep::optimizer_step() {
+  begin(StepPhase::OptimizerStep);
+  optimizer_.step();
+  end(StepPhase::OptimizerStep);
+}
+
+StepResult TrainingStep::run(const std::vector<Batch>& micro_batches, at::Generator& generator) {
+  TORCH_CHECK_VALUE(!micro_batches.empty(), "[step] needs at least one micro-batch");
+  device_ = micro_batches.front().latents.device();
+  for (auto p : parameters_) p.mutable_grad().reset();
+  for (auto* o : observers_) o->step_begin(device_);
+  StepResult result;
+  result.micro_losses = forward_backward(micro_batches, generator);
+  sync_gradients();
+  result.grad_norm = clip_gradients();
+  optimizer_step();
+  for (auto p : parameters_) p.mutable_grad().reset();  // free gradients between steps
+  for (auto* o : observers_) o->step_end(result, device_);
+  return result;
+}
+
+// ---- observers ----
+
+void PeakMemoryObserver::step_begin(const c10::Device& device) { memory::reset_peak(); }
+
+void PeakMemoryObserver::step_end(const StepResult&, const c10::Device& device) {
+  peak_bytes_ = memory::peak_bytes(device);
+}
+
+void TimingObserver::step_begin(const c10::Device& device) {
+  synchronize_device(device);
+  times_ = StepMeasurement{};
+  step_start_ = Clock::now();
+}
+
+void TimingObserver::phase_begin(StepPhase phase, const c10::Device& device) {
+  phase_start_ = Clock::now();
+}
+
+void TimingObserver::forward_done(const c10::Device& device) {
+  synchronize_device(device);
+  times_.forward_s += since(phase_start_);
+  phase_start_ = Clock::now();
+}
+
+void TimingObserver::phase_end(StepPhase phase, const c10::Device& device) {
+  synchronize_device(device);
+  const double s = since(phase_start_);
+  if (phase == StepPhase::ForwardBackward) times_.backward_s += s;
+  else times_.optimizer_s += s;
+}
+
+void TimingObserver::step_end(const StepResult&, const c10::Device& device) {
+  synchronize_device(device);
+  times_.step_s = since(step_start_);
 }
 
 StepMeasurement run_training_step(Transformer& model, torch::optim::Optimizer& optimizer,
                                   const std::vector<at::Tensor>& parameters,
                                   const std::vector<Batch>& micro_batches,
                                   const StepSettings& settings, at::Generator& generator) {
-  TORCH_CHECK_VALUE(!micro_batches.empty(), "[step] needs at least one micro-batch");
-  const c10::Device device = micro_batches.front().latents.device();
-  const double n = static_cast<double>(micro_batches.size());
-  for (auto p : parameters) p.mutable_grad().reset();
-  synchronize_device(device);
-  memory::reset_peak();
-  StepMeasurement m;
-  const auto start = std::chrono::steady_clock::now();
-  const auto autocast = autocast_snapshot(settings.autocast, device);
-  for (const Batch& batch : micro_batches) {
-    const auto forward_start = std::chrono::steady_clock::now();
-    at::Tensor loss;
-    {
-      detail::AutocastGuard mixed_precision(autocast);
-      loss = model.flow_matching_loss(batch, settings.flow, generator);
-    }
-    synchronize_device(device);
-    m.forward_s += since(forward_start);
-    const auto backward_start = std::chrono::steady_clock::now();
-    (loss / n).backward();
-    synchronize_device(device);
-    m.backward_s += since(backward_start);
-    m.loss += loss.item<double>() / n;
-  }
-  const auto optimizer_start = std::chrono::steady_clock::now();
-  if (settings.max_grad_norm > 0 || settings.measure_grad_norm) {
-    const double max_norm = settings.max_grad_norm > 0 ? settings.max_grad_norm : INFINITY;
-    m.grad_norm = torch::nn::utils::clip_grad_norm_(parameters, max_norm);
-  }
-  optimizer.step();
-  synchronize_device(device);
-  m.optimizer_s = since(optimizer_start);
-  m.step_s = since(start);
-  for (auto p : parameters) p.mutable_grad().reset();  // free gradients between steps
-  m.peak_bytes = memory::peak_bytes(device);
+  TrainingStep step(model, optimizer, parameters, settings);
+  TimingObserver timing;
+  PeakMemoryObserver peak;
+  step.add_observer(&timing);  // synchronise first, then reset the peak
+  step.add_observer(&peak);
+  const StepResult result = step.run(micro_batches, generator);
+  StepMeasurement m = timing.times();
+  m.peak_bytes = peak.peak_bytes();
+  m.loss = result.loss();
+  m.grad_norm = result.grad_norm_value();
   return m;
 }
 

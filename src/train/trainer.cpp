@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <chrono>
 #include <random>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -15,6 +16,8 @@
 #include "remat/models/lora.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
+#include "remat/train/family.h"
+#include "remat/train/optimizer.h"
 #include "remat/train/schedule.h"
 #include "remat/train/step.h"
 #include "remat/train/training_state.h"
@@ -66,7 +69,8 @@ class Trainer {
   Trainer(const TrainConfig& config, const TrainerHooks& hooks)
       : config_(config),
         hooks_(hooks),
-        device_(config.device == "cuda" ? at::Device(at::kCUDA) : at::Device(at::kCPU)) {
+        family_(model_family(config.model_family)),
+        device_(at::Device(config.device)) {
     if (!hooks_.log) hooks_.log = [](const std::string& line) { std::cerr << line << "\n"; };
   }
 
@@ -75,23 +79,35 @@ class Trainer {
  private:
   void setup();
   void plan_checkpointing();
-  StepRecord train_step(int64_t step);
+  void train_step(int64_t step);
+  void flush_records(TrainResult& result, MetricsWriter& metrics, ProgressReporter& progress);
   Batch next_batch();
   std::string save_checkpoint();
   std::string save_weights();
   void resume(const std::string& path);
 
+  // A step whose loss and gradient norm are still on the device (Note [Reading the loss]).
+  struct PendingRecord {
+    StepRecord record;
+    StepResult result;
+  };
+
   TrainConfig config_;
   TrainerHooks hooks_;
+  const ModelFamily& family_;
   at::Device device_;
   int64_t seed_ = 0;
   std::optional<LatentDataset> data_;
   std::unique_ptr<Transformer> model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  torch::optim::AdamW* adamw_ = nullptr;  // optimizer_, for its saved state
   LrSchedule schedule_;
   std::vector<at::Tensor> params_;   // the trainable tensors, in trainable_ order
   StepSettings step_settings_;
+  std::unique_ptr<TrainingStep> step_;
+  PeakMemoryObserver peak_;
+  std::vector<PendingRecord> pending_;
   at::Generator noise_generator_;
   TrainingPosition position_;
   std::vector<std::vector<int64_t>> epoch_order_;
@@ -109,7 +125,7 @@ void Trainer::setup() {
                           "[train] instance_data_dir must name a latent-cache directory (one "
                           ".safetensors per sample; `remat make-demo-data --output DIR` writes one)");
   }
-  data_ = LatentDataset::open(*config_.instance_data_dir, parse_latent_family(config_.model_family));
+  data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
 
   TransformerSpec spec;
   spec.family = config_.model_family;
@@ -118,19 +134,20 @@ void Trainer::setup() {
   spec.weights = config_.pretrained_model_name_or_path;
   model_ = make_transformer(spec, device_);
   if (config_.model_type == "lora") {
-    const std::string target = config_.model_family == "flux" ? config_.flux_lora_target : "default";
+    const std::string target = family_.lora_target(config_);
     const auto wrapped = model_->apply_lora(target, config_.lora_rank, config_.lora_alpha_value());
     hooks_.log("[train] LoRA rank " + std::to_string(config_.lora_rank) + " on " +
                std::to_string(wrapped.size()) + " modules (target '" + target + "')");
   }
   model_->module().train();
 
-  CheckpointingSpec checkpointing;
-  checkpointing.enabled = config_.gradient_checkpointing;
-  checkpointing.interval = config_.gradient_checkpointing_interval;
-  checkpointing.segment_stride = config_.gradient_checkpointing_segment_stride;
-  checkpointing.backend = config_.gradient_checkpointing_backend;
-  model_->configure_checkpointing(checkpointing);
+  // The one checkpoint plan of the run (`auto` starts per-block; plan_checkpointing replaces it).
+  const CheckpointPlan plan = config_.checkpoint_plan();
+  model_->set_checkpoint_plan(plan);
+  if (!config_.gradient_checkpointing_interval_auto || !config_.gradient_checkpointing) {
+    hooks_.log("[train] gradient checkpointing: " +
+               plan.describe(family_.checkpointing.stacks, model_->stack_sizes()));
+  }
 
   trainable_ = model_->trainable_parameters();
   int64_t count = 0;
@@ -141,17 +158,18 @@ void Trainer::setup() {
   TORCH_CHECK_VALUE(!params_.empty(), "[train] the model has no trainable parameters");
   hooks_.log("[train] " + std::to_string(count) + " trainable parameters in " +
              std::to_string(params_.size()) + " tensors");
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params_, torch::optim::AdamWOptions(config_.learning_rate)
-                  .betas({config_.adam_beta1, config_.adam_beta2})
-                  .eps(config_.adam_epsilon)
-                  .weight_decay(config_.adam_weight_decay));
+  optimizer_ = make_optimizer(params_, optimizer_settings(config_));
+  adamw_ = dynamic_cast<torch::optim::AdamW*>(optimizer_.get());
+  TORCH_CHECK(adamw_ != nullptr, "[train] checkpoints save AdamW state; optimizer ", config_.optimizer,
+              " has no saved form yet");
 
   step_settings_.flow = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
                                             config_.flow_use_uniform_schedule, config_.flux_guidance_value};
   if (config_.mixed_precision == "bf16") step_settings_.autocast = at::kBFloat16;
   step_settings_.max_grad_norm = config_.max_grad_norm;
   step_settings_.measure_grad_norm = true;  // reported in metrics.jsonl
+  step_ = std::make_unique<TrainingStep>(*model_, *optimizer_, params_, step_settings_);
+  step_->add_observer(&peak_);
   if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing();
 
   const int64_t batches_per_epoch =
@@ -183,10 +201,11 @@ void Trainer::plan_checkpointing() {
   try {
     apply_auto_layout(*model_, *optimizer_, params_, batch, step_settings_, noise_generator_,
                       config_.gradient_checkpointing_memory_budget, hooks_.log, options);
-  } catch (const std::runtime_error& e) {
+  } catch (const NoLayoutFits& e) {
     const auto budget = config_.gradient_checkpointing_memory_budget;
     throw ValidationError("gradient_checkpointing_memory_budget",
-                          budget ? std::to_string(*budget) : "(unset: available memory)", e.what());
+                          budget ? std::to_string(*budget) : "(unset: available memory)",
+                          e.what_without_backtrace());
   }
 }
 
@@ -208,7 +227,7 @@ void Trainer::resume(const std::string& path) {
   TORCH_CHECK_VALUE(missing.empty(), "[train] checkpoint ", path, " does not match this model: ",
                     missing.size(), " trainable tensors missing or of another shape (first: ",
                     missing.front(), "); resume with the same model_family, flavour and model_type");
-  restore_adamw_state(*optimizer_, trainable_, checkpoint.optimizer);
+  restore_adamw_state(*adamw_, trainable_, checkpoint.optimizer);
   restore_generators(checkpoint.rng, noise_generator_, device_);
   position_ = checkpoint.position;
   hooks_.log("[train] resumed from " + path + " at step " + std::to_string(position_.global_step));
@@ -223,32 +242,46 @@ Batch Trainer::next_batch() {
   return batch_to(data_->get_batch(epoch_order_[position_.batch_in_epoch++]), device_);
 }
 
-StepRecord Trainer::train_step(int64_t step) {
+// Note [Reading the loss]
+// A step leaves its loss and gradient norm on the device; reading them waits for the device, so
+// the trainer reads them once per logged step (every report_every steps, before a checkpoint, at
+// the end), for all the steps since, and then writes their metrics lines and progress. A caller
+// that watches every step (TrainerHooks::on_step) asks for a read after each one.
+void Trainer::train_step(int64_t step) {
   const double lr = lr_at_step(schedule_, step - 1);
-  for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
-  }
+  set_learning_rate(*optimizer_, lr);
   std::vector<Batch> micro_batches;
   for (int64_t micro = 0; micro < config_.gradient_accumulation_steps; ++micro) {
     micro_batches.push_back(next_batch());
   }
-  const StepMeasurement m =
-      run_training_step(*model_, *optimizer_, params_, micro_batches, step_settings_, noise_generator_);
-  StepRecord record;
-  record.step = step;
-  record.loss = m.loss;
-  record.learning_rate = lr;
-  record.grad_norm = m.grad_norm;
-  record.step_seconds = m.step_s;
-  record.peak_bytes = m.peak_bytes;
-  return record;
+  const auto start = std::chrono::steady_clock::now();
+  PendingRecord pending;
+  pending.result = step_->run(micro_batches, noise_generator_);
+  pending.record.step = step;
+  pending.record.learning_rate = lr;
+  pending.record.step_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  pending.record.peak_bytes = peak_.peak_bytes();
+  pending_.push_back(std::move(pending));
+}
+
+void Trainer::flush_records(TrainResult& result, MetricsWriter& metrics, ProgressReporter& progress) {
+  for (auto& p : pending_) {
+    p.record.loss = p.result.loss();
+    p.record.grad_norm = p.result.grad_norm_value();
+    metrics.write(p.record);
+    progress.update(p.record);
+    result.records.push_back(p.record);
+    if (hooks_.on_step) hooks_.on_step(p.record);
+  }
+  pending_.clear();
 }
 
 std::string Trainer::save_checkpoint() {
   TrainingCheckpoint checkpoint;
   checkpoint.position = position_;
   for (const auto& [name, p] : trainable_) checkpoint.trainable.emplace_back(name, p.detach());
-  checkpoint.optimizer = adamw_state(*optimizer_, trainable_);
+  checkpoint.optimizer = adamw_state(*adamw_, trainable_);
   checkpoint.rng = generator_states(noise_generator_, device_);
   checkpoint.facts = {{"model_family", config_.model_family},
                       {"model_flavour", config_.model_flavour},
@@ -270,11 +303,10 @@ std::string Trainer::save_weights() {
     }
     // diffusers' pipeline-level LoRA metadata: the PEFT LoraConfig fields, prefixed with the
     // component they belong to, as JSON under "lora_adapter_metadata".
-    const std::string target = config_.model_family == "flux" ? config_.flux_lora_target : "default";
     const nlohmann::json adapter{
         {"transformer.r", config_.lora_rank},
         {"transformer.lora_alpha", config_.lora_alpha_value()},
-        {"transformer.target_modules", models::lora_target_preset(config_.model_family, target)}};
+        {"transformer.target_modules", family_.lora_target_modules(family_.lora_target(config_))}};
     const std::map<std::string, std::string> metadata{
         {"format", "pt"},
         {"lora_rank", std::to_string(config_.lora_rank)},
@@ -308,16 +340,15 @@ TrainResult Trainer::run() {
       result.interrupted = true;
       break;
     }
-    const StepRecord record = train_step(step);
+    train_step(step);
     position_.global_step = step;
-    metrics.write(record);
-    progress.update(record);
-    result.records.push_back(record);
-    if (hooks_.on_step) hooks_.on_step(record);
-    if (config_.checkpointing_steps > 0 && step % config_.checkpointing_steps == 0) {
-      result.last_checkpoint = save_checkpoint();
+    const bool checkpoint_now = config_.checkpointing_steps > 0 && step % config_.checkpointing_steps == 0;
+    if (hooks_.on_step || checkpoint_now || step % config_.report_every == 0 || step == total_steps_) {
+      flush_records(result, metrics, progress);
     }
+    if (checkpoint_now) result.last_checkpoint = save_checkpoint();
   }
+  flush_records(result, metrics, progress);
   progress.finish();
   if (result.interrupted) {
     result.last_checkpoint = save_checkpoint();

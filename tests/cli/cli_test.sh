@@ -32,15 +32,34 @@ expect 2 "did you mean" -- "$remat" train --gradient_checkpointing_intervall=2
 expect 2 "learning_rate" -- "$remat" train --learning_rate=fast
 expect 0 "gradient_checkpointing_interval" -- "$remat" train --help
 expect 2 "unknown command" -- "$remat" frobnicate
-expect 2 "layout must be off, N, N/S" -- "$remat" bench --model flux --layouts off,nope
-expect 2 "--model" -- "$remat" init --model sdxl --output "$work/w.safetensors"
+
+# Several bad options in one run: every one is reported (one line each), exit code 2.
+out=$("$remat" train --lora_rank=0 --learning_rate=fast --gradient_checkpointing_intervl=2 \
+      --model_flavour=mageflow-tiny --device=tpu 2>&1)
+status=$?
+missing=""
+for text in "lora_rank must be" "learning_rate must be" "unknown option 'gradient_checkpointing_intervl'" \
+            "model_flavour must be one of" "device must be"; do
+  [[ "$out" == *"$text"* ]] || missing="$missing [$text]"
+done
+if [[ $status -ne 2 || -n "$missing" ]]; then
+  echo "FAIL: several bad options: exit $status, missing:$missing; output:"
+  echo "$out" | head -10
+  failures=$((failures + 1))
+else
+  echo "ok: five bad options reported in one run -> $status"
+fi
+# Old flag spellings still work, with a deprecation note.
+expect 0 "--model is deprecated; use --model_family" -- "$remat" init --model flux --preset flux-tiny --output "$work/old.safetensors"
+expect 2 "layout must be off, N, N/S" -- "$remat" bench --model_family flux --layouts off,nope
+expect 2 "--model_family" -- "$remat" init --model_family sdxl --output "$work/w.safetensors"
 
 # Model I/O: a tiny Flux, inputs with a missing key, a wrong dtype, a wrong shape, a corrupt file.
-"$remat" init --model flux --preset flux-tiny --seed 0 --output "$work/w.safetensors" > /dev/null || failures=$((failures + 1))
+"$remat" init --model_family flux --model_flavour flux-tiny --seed 0 --output "$work/w.safetensors" > /dev/null || failures=$((failures + 1))
 printf 'abc' > "$work/short.safetensors"
-expect 2 "short.safetensors" -- "$remat" forward --model flux --preset flux-tiny --weights "$work/short.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
-expect 2 "missing: " -- "$remat" forward --model flux --preset flux-tiny --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
-expect 2 "shape-mismatched" -- "$remat" forward --model flux --preset flux-small --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+expect 2 "short.safetensors" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/short.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+expect 2 "missing: " -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+expect 2 "shape-mismatched" -- "$remat" forward --model_family flux --model_flavour flux-small --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
 [[ ! -e "$work/o.safetensors" ]] || { echo "FAIL: an output was written after an error"; failures=$((failures + 1)); }
 
 if ((failures)); then

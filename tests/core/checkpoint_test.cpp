@@ -362,7 +362,7 @@ TEST_F(CheckpointTest, BackendNames) {
   try {
     parse_backend("cuda");
     FAIL();
-  } catch (const std::invalid_argument& e) {
+  } catch (const c10::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("'cuda'"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("torch, unsloth"), std::string::npos);
   }

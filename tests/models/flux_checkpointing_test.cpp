@@ -67,16 +67,13 @@ class FluxCheckpointingTest : public ::testing::Test {
   }
 
   void configure(const Mode& mode) {
-    model_->enable_gradient_checkpointing();
-    model_->clear_gradient_checkpointing_layout();
-    model_->set_gradient_checkpointing_backend(mode.backend);
-    model_->set_gradient_checkpointing_interval(mode.interval);
-    model_->set_gradient_checkpointing_segment_stride(mode.stride);
     if (mode.explicit_layout) {
       Layout doubles{{{0, 2, BlockMode::Recompute}, {2, 3, BlockMode::Keep}, {3, 5, BlockMode::Offload}}};
       Layout singles{{{0, 1, BlockMode::Keep}, {1, 4, BlockMode::Recompute}}};
-      model_->set_gradient_checkpointing_layout(doubles, singles);
+      model_->set_checkpoint_plan(CheckpointPlan::from_layouts({doubles, singles}));
+      return;
     }
+    model_->set_checkpoint_plan(CheckpointPlan::simpletuner(true, mode.interval, mode.stride, mode.backend));
   }
 
   static std::vector<Mode> modes() {
@@ -101,7 +98,7 @@ class FluxCheckpointingTest : public ::testing::Test {
 constexpr double kRtol = 1e-9, kAtol = 1e-11;
 
 TEST_F(FluxCheckpointingTest, EveryModeMatchesNoCheckpointingFullFineTune) {
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   const RunResult off = run(inputs_);
   // Full fine-tune: temb comes from trainable embedders and is captured by every block.
   ASSERT_TRUE(off.param_grads.at("time_text_embed.timestep_embedder.linear_1.weight").defined());
@@ -117,7 +114,7 @@ TEST_F(FluxCheckpointingTest, EveryModeMatchesNoCheckpointingFullFineTune) {
 }
 
 TEST_F(FluxCheckpointingTest, OnlyActiveWhenTrainingAndEnabled) {
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   const RunResult off = run(inputs_);
   configure({"interval 2", "torch", 2});
   model_->eval();
@@ -126,11 +123,11 @@ TEST_F(FluxCheckpointingTest, OnlyActiveWhenTrainingAndEnabled) {
   // Eval mode runs the plain path even with checkpointing enabled.
   EXPECT_EQ(eval.retained_bytes, off.retained_bytes);
   model_->train();
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   EXPECT_EQ(run(inputs_).retained_bytes, off.retained_bytes);
   {
     torch::NoGradGuard no_grad;
-    model_->enable_gradient_checkpointing();
+    configure({"interval 2", "torch", 2});
     const auto out = model_->forward(inputs_[0], inputs_[1], inputs_[2], timestep_, img_ids_,
                                      txt_ids_, guidance_);
     EXPECT_TRUE(close(out, off.output, kRtol, kAtol));
@@ -141,7 +138,7 @@ TEST_F(FluxCheckpointingTest, ControlNetResidualsWithSegments) {
   auto inputs = inputs_;
   for (int i = 0; i < 2; ++i) inputs.push_back(torch::randn({2, 16, 64}, torch::kFloat64));  // double
   for (int i = 0; i < 3; ++i) inputs.push_back(torch::randn({2, 16, 64}, torch::kFloat64));  // single
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   const RunResult plain = run(inputs_);
   const RunResult off = run(inputs, 2);
   EXPECT_FALSE(close(off.output, plain.output, 1e-3, 1e-3)) << "residuals had no effect";
@@ -165,13 +162,13 @@ TEST_F(FluxCheckpointingTest, ControlNetResidualsWithSegments) {
 }
 
 TEST_F(FluxCheckpointingTest, LoraModesMatchNoCheckpointing) {
-  const auto names = apply_lora(*model_, lora_target_preset("flux", "ai-toolkit"), 4, 8.0);
+  const auto names = apply_lora(*model_, flux_lora_target_modules("ai-toolkit"), 4, 8.0);
   ASSERT_FALSE(names.empty());
   {
     torch::NoGradGuard g;
     for (auto& p : lora_parameters(*model_)) p.copy_(torch::randn_like(p) * 0.1);
   }
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   const RunResult off = run(inputs_);
   for (const auto& mode : {Mode{"interval 2", "torch", 2}, Mode{"unsloth-ffn", "unsloth-ffn"},
                            Mode{"interval 2 stride 3", "torch", 2, 3}}) {
@@ -191,14 +188,13 @@ TEST_F(FluxCheckpointingTest, LoraModesMatchNoCheckpointing) {
 
 TEST_F(FluxCheckpointingTest, LayoutFromSettings) {
   configure({"interval 2 stride 3", "torch", 2, 3});
-  const auto& gc = model_->gradient_checkpointing();
+  const auto& gc = model_->checkpoint_plan();
   EXPECT_EQ(describe_layout(gc.layout_for(0, 5)), "recompute[0-1] keep[2] recompute[3-4]");
   configure({"unsloth", "unsloth", 3});
   EXPECT_EQ(describe_layout(gc.layout_for(1, 4)), "offload[0-2] offload[3]");
   configure({"per-block", "torch", std::nullopt, 3});  // stride ignored without an interval > 1
   EXPECT_EQ(describe_layout(gc.layout_for(1, 2)), "recompute[0] recompute[1]");
-  configure({"bad stride", "torch", 3, 2});
-  EXPECT_THROW(gc.layout_for(0, 5), std::invalid_argument);
+  EXPECT_THROW(configure({"bad stride", "torch", 3, 2}), c10::ValueError);
 }
 
 }  // namespace

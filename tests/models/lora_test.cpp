@@ -31,7 +31,7 @@ TEST_F(LoraTest, DefaultPresetKeysAndInitialOutput) {
   const auto img_ids = flux_image_ids(2, 2), txt_ids = flux_text_ids(3);
   const auto base = model->forward(x, c, pooled, t, img_ids, txt_ids, g).detach();
 
-  const auto names = apply_lora(*model, lora_target_preset("flux", "default"), 4, 4.0);
+  const auto names = apply_lora(*model, flux_lora_target_modules("default"), 4, 4.0);
   // default = to_q, to_k, to_v, to_out.0: 4 per double block, 3 per single block (no to_out).
   EXPECT_EQ(names.size(), 2u * 4 + 2u * 3);
   const auto sd = lora_state_dict(*model);
@@ -63,7 +63,7 @@ TEST_F(LoraTest, DefaultPresetKeysAndInitialOutput) {
 TEST_F(LoraTest, PresetsMatchTheDocumentedModules) {
   auto count = [](const std::string& preset) {
     Flux model(FluxConfig::preset("flux-tiny"));
-    return apply_lora(*model, lora_target_preset("flux", preset), 2, 2.0);
+    return apply_lora(*model, flux_lora_target_modules(preset), 2, 2.0);
   };
   // flux-tiny: 2 double, 2 single blocks.
   EXPECT_EQ(count("all").size(), 2u * 8 + 2u * 3);
@@ -74,19 +74,19 @@ TEST_F(LoraTest, PresetsMatchTheDocumentedModules) {
   EXPECT_EQ(count("all+ffs+embedder").size(), 2u * 12 + 2u * 5 + 2);
   EXPECT_EQ(count("ai-toolkit").size(), 2u * 14 + 2u * 6 + 1);
   // tiny / nano name block 7 (and 20): absent from flux-tiny, so nothing matches.
-  EXPECT_THROW(count("nano"), std::invalid_argument);
+  EXPECT_THROW(count("nano"), c10::ValueError);
   Flux small(FluxConfig::preset("flux-small"));
-  EXPECT_EQ(apply_lora(*small, lora_target_preset("flux", "nano"), 2, 2.0),
+  EXPECT_EQ(apply_lora(*small, flux_lora_target_modules("nano"), 2, 2.0),
             std::vector<std::string>{"single_transformer_blocks.7.proj_out"});
-  EXPECT_EQ(lora_target_preset("mageflow", "default").size(), 8u);
+  EXPECT_EQ(mageflow_lora_target_modules("default").size(), 8u);
   try {
-    lora_target_preset("flux", "everything");
+    flux_lora_target_modules("everything");
     ADD_FAILURE() << "expected an error";
-  } catch (const std::invalid_argument& e) {
+  } catch (const c10::ValueError& e) {
     EXPECT_NE(std::string(e.what()).find("everything"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("ai-toolkit"), std::string::npos);
   }
-  EXPECT_THROW(lora_target_preset("sdxl", "default"), std::invalid_argument);
+  EXPECT_THROW(mageflow_lora_target_modules("all"), c10::ValueError);
 }
 
 }  // namespace

@@ -85,7 +85,7 @@ TEST_F(MageFlowTest, CountsAndKeys) {
     "in_channels": 128, "out_channels": 128, "context_in_dim": 2560, "mlp_ratio": 4.0,
     "theta": 10000, "qkv_bias": true, "rope_type": "msrope"})";
   EXPECT_EQ(parameter_count(MageFlowConfig::from_json(json)), 4115745408LL);
-  EXPECT_THROW(MageFlowConfig::preset("mageflow-8b"), std::invalid_argument);
+  EXPECT_THROW(MageFlowConfig::preset("mageflow-8b"), c10::ValueError);
 }
 
 TEST_F(MageFlowTest, MsropeTablesCentredWithFramePerImage) {
@@ -212,7 +212,7 @@ TEST_F(MageFlowModelTest, SamplesDoNotAttendToEachOther) {
 }
 
 TEST_F(MageFlowModelTest, EveryModeMatchesNoCheckpointing) {
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   const RunResult off = run();
   ASSERT_TRUE(off.param_grads.at("time_text_embed.timestep_embedder.linear_1.weight").defined());
   // The last block's text outputs are unused (only image tokens are returned), so its to_add_out
@@ -238,12 +238,9 @@ TEST_F(MageFlowModelTest, EveryModeMatchesNoCheckpointing) {
   };
   for (const auto& mode : modes) {
     SCOPED_TRACE(mode.label);
-    model_->enable_gradient_checkpointing();
-    model_->set_gradient_checkpointing_backend(mode.backend);
-    model_->set_gradient_checkpointing_interval(mode.interval);
-    model_->set_gradient_checkpointing_segment_stride(mode.stride);
-    model_->clear_gradient_checkpointing_layout();
-    if (mode.layout) model_->set_gradient_checkpointing_layout(*mode.layout);
+    model_->set_checkpoint_plan(
+        mode.layout ? CheckpointPlan::from_layouts({*mode.layout})
+                    : CheckpointPlan::simpletuner(true, mode.interval, mode.stride, mode.backend));
     const RunResult got = run();
     const int compared = test::expect_same_run(got, off, kRtol, kAtol, mode.label);
     EXPECT_EQ(compared, defined + static_cast<int>(inputs_.size()));
@@ -258,7 +255,7 @@ TEST_F(MageFlowModelTest, EveryModeMatchesNoCheckpointing) {
 
 TEST_F(MageFlowModelTest, SkipLayersWithSegments) {
   const std::vector<int64_t> skip = {1, 3};
-  model_->disable_gradient_checkpointing();
+  model_->set_checkpoint_plan(CheckpointPlan::off());
   const RunResult off = run(skip);
   EXPECT_FALSE(close(off.output, run().output, 1e-3, 1e-3)) << "skip_layers had no effect";
   // Skipped blocks get no gradient; the others do (their image modulation at least).
@@ -271,19 +268,18 @@ TEST_F(MageFlowModelTest, SkipLayersWithSegments) {
       EXPECT_EQ(grad.defined(), !in_skipped) << name;
     }
   }
-  model_->enable_gradient_checkpointing();
-  model_->set_gradient_checkpointing_interval(2);
+  model_->set_checkpoint_plan(CheckpointPlan::simpletuner(true, 2, std::nullopt, "torch"));
   const RunResult got = run(skip);
   test::expect_same_run(got, off, kRtol, kAtol, "skip_layers interval 2");
   EXPECT_LT(got.retained_bytes, off.retained_bytes);
   // An explicit layout must cover the blocks that run (3 here).
-  model_->set_gradient_checkpointing_layout(layout_from_interval(3, 2));
+  model_->set_checkpoint_plan(CheckpointPlan::from_layouts({layout_from_interval(3, 2)}));
   test::expect_same_run(run(skip), off, kRtol, kAtol, "skip_layers explicit layout");
-  EXPECT_THROW(run(), std::invalid_argument);
+  EXPECT_THROW(run(), c10::ValueError);
 }
 
 TEST_F(MageFlowModelTest, LoraDefaultTargetsAndInputErrors) {
-  const auto names = apply_lora(*model_, lora_target_preset("mageflow", "default"), 2, 2.0);
+  const auto names = apply_lora(*model_, mageflow_lora_target_modules("default"), 2, 2.0);
   EXPECT_EQ(names.size(), static_cast<size_t>(8 * config_.depth));
   EXPECT_NE(lora_state_dict(*model_).count("transformer.transformer_blocks.0.attn.add_q_proj.lora_A.weight"), 0u);
   try {

@@ -54,14 +54,14 @@ run() {
   "$@"
 }
 
-run "$PYTHON" "$EAGER" make-inputs --config "$WORK/config.json" --image-tokens 24 --text-tokens 8 \
+run "$PYTHON" "$EAGER" make-inputs --config "$WORK/config.json" --image_tokens 24 --text_tokens 8 \
   --batch 2 --seed 7 --output "$WORK/inputs.safetensors"
-run "$REMAT" init --model flux --config "$WORK/config.json" --seed 1 --output "$WORK/remat_weights.safetensors"
+run "$REMAT" init --model_family flux --pretrained_transformer_config "$WORK/config.json" --seed 1 --output "$WORK/remat_weights.safetensors"
 run "$PYTHON" "$EAGER" init --config "$WORK/config.json" --seed 2 --output "$WORK/py_weights.safetensors"
 
 status=0
 for weights in remat_weights py_weights; do
-  run "$REMAT" forward --model flux --config "$WORK/config.json" --weights "$WORK/$weights.safetensors" \
+  run "$REMAT" forward --model_family flux --pretrained_transformer_config "$WORK/config.json" --weights "$WORK/$weights.safetensors" \
     --inputs "$WORK/inputs.safetensors" --output "$WORK/cpp_$weights.safetensors"
   run "$PYTHON" "$EAGER" forward --config "$WORK/config.json" --weights "$WORK/$weights.safetensors" \
     --inputs "$WORK/inputs.safetensors" --output "$WORK/py_$weights.safetensors" --threads 1

@@ -8,6 +8,7 @@
 #include <torch/optim/adamw.h>
 
 #include "remat/memory.h"
+#include "remat/byte_size.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/benchmark.h"
 #include "remat/train/step.h"
@@ -28,6 +29,7 @@ struct FluxTinyRun {
   explicit FluxTinyRun(bool lora) {
     torch::manual_seed(0);
     TransformerSpec spec;
+    spec.family = "flux";
     spec.preset = "flux-tiny";
     model = make_transformer(spec, at::Device(at::kCPU));
     if (lora) model->apply_lora("default", 4, 4.0);
@@ -38,10 +40,7 @@ struct FluxTinyRun {
   }
 
   void apply(const std::vector<Layout>& layouts) {
-    CheckpointingSpec spec;
-    spec.enabled = true;
-    spec.layouts = layouts;
-    model->configure_checkpointing(spec);
+    model->set_checkpoint_plan(CheckpointPlan::from_layouts(layouts));
   }
 
   int64_t measured_peak() {
@@ -89,7 +88,7 @@ TEST(AutoLayout, NothingFitsNamesTheSmallestPeak) {
   try {
     plan_auto_layout(step, min_peak - 1);
     FAIL() << "expected nothing to fit below the smallest peak";
-  } catch (const std::runtime_error& e) {
+  } catch (const NoLayoutFits& e) {
     const std::string text = e.what();
     EXPECT_NE(text.find("gradient_checkpointing_memory_budget must be at least " + memory::format_bytes(min_peak)),
               std::string::npos) << text;
@@ -119,7 +118,7 @@ TEST(AutoLayout, StackLayoutsSplitAndJoin) {
   EXPECT_EQ(stacks[1], layout_keep_all(3));
   Layout across;
   across.segments = {{0, 3, BlockMode::Recompute}, {3, 5, BlockMode::Keep}};
-  EXPECT_THROW(split_stack_layout(across, {2, 3}), std::invalid_argument);
+  EXPECT_THROW(split_stack_layout(across, {2, 3}), c10::ValueError);
 }
 
 TEST(BenchmarkLayouts, ParsesEveryForm) {
@@ -137,12 +136,12 @@ TEST(BenchmarkLayouts, ParsesEveryForm) {
   const auto automatic = parse_benchmark_layout("auto:1.5GiB", stacks);
   EXPECT_EQ(automatic.kind, BenchmarkLayout::Kind::Auto);
   EXPECT_EQ(automatic.budget_bytes, 3LL << 29);
-  EXPECT_EQ(parse_byte_size("20MB"), 20000000);
+  EXPECT_EQ(remat::parse_byte_size("20MB"), 20000000);
   for (const char* bad : {"0", "2/1", "auto:", "auto:-3GiB", "auto:3XB", "every"}) {
     try {
       parse_benchmark_layout(bad, stacks);
       FAIL() << bad;
-    } catch (const std::invalid_argument& e) {
+    } catch (const c10::ValueError& e) {
       EXPECT_NE(std::string(e.what()).find(std::string("got '") + bad + "'"), std::string::npos) << e.what();
     }
   }

@@ -11,11 +11,11 @@
 
 #include "remat/io/safetensors.h"
 #include "remat/train/data.h"
+#include "remat/train/family.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using remat::train::LatentDataset;
-using remat::train::LatentFamily;
 
 namespace {
 
@@ -53,8 +53,8 @@ remat::train::DemoDatasetOptions small_flux() {
 
 TEST_F(DataTest, FluxDemoRoundTripsThroughTheDataset) {
   remat::train::DemoDatasetOptions o;  // defaults: 16x16 latents, L = 32, D = 64, P = 32
-  const auto made = remat::train::make_demo_dataset(sub("flux"), LatentFamily::Flux, 3, 7, o);
-  const auto ds = LatentDataset::open(sub("flux"), LatentFamily::Flux);
+  const auto made = remat::train::make_demo_dataset(sub("flux"), remat::train::model_family("flux").latents, 3, 7, o);
+  const auto ds = LatentDataset::open(sub("flux"), remat::train::model_family("flux").latents);
   ASSERT_EQ(ds.size(), 3);
   EXPECT_EQ(made.size(), 3);
   for (int64_t i = 0; i < ds.size(); ++i) {
@@ -74,16 +74,16 @@ TEST_F(DataTest, FluxDemoRoundTripsThroughTheDataset) {
   EXPECT_EQ(fs::path(ds.path(0)).filename(), "sample_000000.safetensors");
 
   // Same seed → same bytes; different seed → different data.
-  remat::train::make_demo_dataset(sub("again"), LatentFamily::Flux, 3, 7, o);
-  remat::train::make_demo_dataset(sub("other"), LatentFamily::Flux, 3, 8, o);
-  const auto again = LatentDataset::open(sub("again"), LatentFamily::Flux);
-  const auto other = LatentDataset::open(sub("other"), LatentFamily::Flux);
+  remat::train::make_demo_dataset(sub("again"), remat::train::model_family("flux").latents, 3, 7, o);
+  remat::train::make_demo_dataset(sub("other"), remat::train::model_family("flux").latents, 3, 8, o);
+  const auto again = LatentDataset::open(sub("again"), remat::train::model_family("flux").latents);
+  const auto other = LatentDataset::open(sub("other"), remat::train::model_family("flux").latents);
   EXPECT_TRUE(torch::equal(again.get(2).latents, ds.get(2).latents));
   EXPECT_TRUE(torch::equal(again.get(2).prompt_embeds, ds.get(2).prompt_embeds));
   EXPECT_FALSE(torch::allclose(other.get(2).latents, ds.get(2).latents));
 
   // A populated directory is refused rather than mixed with stale samples.
-  expect_error([&] { remat::train::make_demo_dataset(sub("flux"), LatentFamily::Flux, 1, 0, o); },
+  expect_error([&] { remat::train::make_demo_dataset(sub("flux"), remat::train::model_family("flux").latents, 1, 0, o); },
                {"already holds sample files"});
 }
 
@@ -93,7 +93,7 @@ TEST_F(DataTest, MageFlowDemoHasVariableTextLengthAndNoPooled) {
   o.text_tokens = 9;
   o.text_tokens_min = 3;
   o.joint_attention_dim = 24;
-  const auto ds = remat::train::make_demo_dataset(sub("mf"), LatentFamily::MageFlow, 12, 3, o);
+  const auto ds = remat::train::make_demo_dataset(sub("mf"), remat::train::model_family("mageflow").latents, 12, 3, o);
   std::set<int64_t> lengths;
   for (int64_t i = 0; i < ds.size(); ++i) {
     const auto s = ds.get(i);
@@ -106,14 +106,14 @@ TEST_F(DataTest, MageFlowDemoHasVariableTextLengthAndNoPooled) {
   }
   EXPECT_GT(lengths.size(), 1u) << "text lengths should vary";
   // A MageFlow cache is not a Flux cache (no pooled key, 128 channels).
-  expect_error([&] { LatentDataset::open(sub("mf"), LatentFamily::Flux); },
+  expect_error([&] { LatentDataset::open(sub("mf"), remat::train::model_family("flux").latents); },
                {"sample_000000.safetensors", "missing key 'pooled_prompt_embeds'"});
 }
 
 TEST_F(DataTest, EpochOrderIsDeterministicAndBucketed) {
   auto o = small_flux();
   o.sizes = {{8, 8}, {8, 4}, {4, 8}};  // three buckets of 7, 7 and 6 samples
-  const auto ds = remat::train::make_demo_dataset(sub("b"), LatentFamily::Flux, 20, 1, o);
+  const auto ds = remat::train::make_demo_dataset(sub("b"), remat::train::model_family("flux").latents, 20, 1, o);
   const int64_t batch_size = 3;
 
   const auto e0 = ds.epoch_batches(42, 0, batch_size);
@@ -171,21 +171,21 @@ TEST_F(DataTest, EpochOrderIsDeterministicAndBucketed) {
 TEST_F(DataTest, CorruptSamplesNameTheFile) {
   const auto o = small_flux();
   const auto good = [&](const std::string& name) {
-    remat::train::make_demo_dataset(sub(name), LatentFamily::Flux, 2, 0, o);
+    remat::train::make_demo_dataset(sub(name), remat::train::model_family("flux").latents, 2, 0, o);
     return sub(name) + "/sample_000001.safetensors";
   };
 
   // Truncated file.
   const auto truncated = good("truncated");
   fs::resize_file(truncated, 20);
-  expect_error([&] { LatentDataset::open(sub("truncated"), LatentFamily::Flux); },
+  expect_error([&] { LatentDataset::open(sub("truncated"), remat::train::model_family("flux").latents); },
                {truncated, "past the end of the file"});
 
   // Missing key.
   const auto missing = good("missing");
   remat::io::save_safetensors(missing, {{"latents", torch::zeros({16, 8, 8})},
                                         {"prompt_embeds", torch::zeros({6, 16})}});
-  expect_error([&] { LatentDataset::open(sub("missing"), LatentFamily::Flux); },
+  expect_error([&] { LatentDataset::open(sub("missing"), remat::train::model_family("flux").latents); },
                {missing, "missing key 'pooled_prompt_embeds'"});
 
   // Wrong rank.
@@ -193,7 +193,7 @@ TEST_F(DataTest, CorruptSamplesNameTheFile) {
   remat::io::save_safetensors(rank, {{"latents", torch::zeros({16, 64})},
                                      {"prompt_embeds", torch::zeros({6, 16})},
                                      {"pooled_prompt_embeds", torch::zeros({12})}});
-  expect_error([&] { LatentDataset::open(sub("rank"), LatentFamily::Flux); },
+  expect_error([&] { LatentDataset::open(sub("rank"), remat::train::model_family("flux").latents); },
                {rank, "latents must have rank 3 (C, H, W), got shape [16, 64]"});
 
   // Wrong channel count, odd size, integer dtype, mismatched text width.
@@ -202,7 +202,7 @@ TEST_F(DataTest, CorruptSamplesNameTheFile) {
     const auto p = good(name);
     remat::io::save_safetensors(p, entries);
     needles.push_back(p);
-    expect_error([&] { LatentDataset::open(sub(name), LatentFamily::Flux); }, needles);
+    expect_error([&] { LatentDataset::open(sub(name), remat::train::model_family("flux").latents); }, needles);
   };
   check("channels",
         {{"latents", torch::zeros({4, 8, 8})}, {"prompt_embeds", torch::zeros({6, 16})},
@@ -221,19 +221,19 @@ TEST_F(DataTest, CorruptSamplesNameTheFile) {
          {"pooled_prompt_embeds", torch::zeros({12})}},
         {"prompt_embeds width D must match the first sample", "D = 16"});
 
-  expect_error([&] { LatentDataset::open(sub("nowhere"), LatentFamily::Flux); },
+  expect_error([&] { LatentDataset::open(sub("nowhere"), remat::train::model_family("flux").latents); },
                {"nowhere", "is not a directory"});
   fs::create_directories(sub("empty"));
-  expect_error([&] { LatentDataset::open(sub("empty"), LatentFamily::Flux); },
+  expect_error([&] { LatentDataset::open(sub("empty"), remat::train::model_family("flux").latents); },
                {"holds no .safetensors sample files"});
-  expect_error([&] { remat::train::parse_latent_family("sd3"); }, {"flux, mageflow", "'sd3'"});
+  expect_error([&] { remat::train::model_family("sd3"); }, {"flux, mageflow", "'sd3'"});
 }
 
 TEST_F(DataTest, LatentsDependOnTheEmbeddings) {
   auto o = small_flux();
   o.num_captions = 4;
   o.noise_std = 0.05;
-  const auto ds = remat::train::make_demo_dataset(sub("pairs"), LatentFamily::Flux, 8, 5, o);
+  const auto ds = remat::train::make_demo_dataset(sub("pairs"), remat::train::model_family("flux").latents, 8, 5, o);
   for (int64_t i = 0; i < 4; ++i) {
     const auto a = ds.get(i), b = ds.get(i + 4);  // same caption
     EXPECT_TRUE(torch::equal(a.prompt_embeds, b.prompt_embeds));
@@ -256,7 +256,7 @@ TEST_F(DataTest, LatentsAreALinearFunctionOfTheFirstTokenUpToNoise) {
   auto o = small_flux();
   o.noise_std = 0.05;
   const int64_t n = 64;
-  const auto ds = remat::train::make_demo_dataset(sub("lin"), LatentFamily::Flux, n, 11, o);
+  const auto ds = remat::train::make_demo_dataset(sub("lin"), remat::train::model_family("flux").latents, n, 11, o);
   std::vector<at::Tensor> xs, ys;
   for (int64_t i = 0; i < n; ++i) {
     const auto s = ds.get(i);

@@ -11,7 +11,9 @@
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
 #include "remat/train/config.h"
+#include "remat/train/family.h"
 #include "remat/train/data.h"
+#include "remat/train/family.h"
 #include "remat/train/trainer.h"
 #include "temp_dir.h"
 
@@ -28,7 +30,7 @@ class TrainerTest : public ::testing::Test {
     options.joint_attention_dim = 32;  // flux-tiny
     options.pooled_projection_dim = 16;
     options.num_captions = 4;
-    make_demo_dataset((root_ / "data").string(), LatentFamily::Flux, 16, 7, options);
+    make_demo_dataset((root_ / "data").string(), remat::train::model_family("flux").latents, 16, 7, options);
   }
 
   // A validated config for flux-tiny on the test data.
@@ -136,12 +138,12 @@ TEST_F(TrainerTest, LoraFileUsesPeftKeysAndReloads) {
   const auto adapter = nlohmann::json::parse(file.metadata().at("lora_adapter_metadata"));
   EXPECT_EQ(adapter.at("transformer.r").get<int64_t>(), 4);
   EXPECT_EQ(adapter.at("transformer.lora_alpha").get<double>(), 8.0);
-  EXPECT_EQ(adapter.at("transformer.target_modules").size(), models::lora_target_preset("flux", "all").size());
+  EXPECT_EQ(adapter.at("transformer.target_modules").size(), models::flux_lora_target_modules("all").size());
 
   // Loading the file into a fresh LoRA model gives back the trained factors, and B moved from 0.
   torch::manual_seed(99);
   models::Flux fresh(models::FluxConfig::preset("flux-tiny"));
-  models::apply_lora(*fresh, models::lora_target_preset("flux", "all"), 4, 8.0);
+  models::apply_lora(*fresh, models::flux_lora_target_modules("all"), 4, 8.0);
   io::LoadOptions options;
   options.strict = false;
   options.strip_prefix = "transformer.";
@@ -188,7 +190,7 @@ TEST(MageFlowTraining, TrainsOnPackedBatchesAndSavesPeftLora) {
   options.sizes = {{4, 4}};
   options.text_tokens = 6;
   options.joint_attention_dim = 32;  // mageflow-tiny context_in_dim
-  make_demo_dataset((root / "data").string(), LatentFamily::MageFlow, 8, 5, options);
+  make_demo_dataset((root / "data").string(), remat::train::model_family("mageflow").latents, 8, 5, options);
   std::vector<std::string> warnings;
   const auto config = load_train_config(
       {"--model_family=mageflow", "--model_flavour=mageflow-tiny", "--model_type=lora",

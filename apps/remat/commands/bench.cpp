@@ -2,6 +2,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "benchmark_report.h"
 #include "command.h"
 #include "model_options.h"
 #include "remat/train/benchmark.h"
@@ -27,24 +28,24 @@ int run_bench(const std::vector<std::string>& args) {
   model.add_to(app);
   train::BenchmarkOptions o;
   std::string resolution, layouts, json, csv, svg;
-  auto* tokens_opt = app.add_option("--image-tokens", o.image_tokens, "Packed image tokens N_i")->capture_default_str();
-  app.add_option("--resolution", resolution, "Image size WxH instead of --image-tokens (Flux: N_i = (W/16)(H/16))")
+  auto* tokens_opt = app.add_option("--image_tokens", o.image_tokens, "Packed image tokens N_i")->capture_default_str();
+  app.add_option("--resolution", resolution, "Image size WxH instead of --image_tokens (Flux: N_i = (W/16)(H/16))")
       ->excludes(tokens_opt);
-  app.add_option("--text-tokens", o.text_tokens, "Text tokens N_t")->capture_default_str();
+  app.add_option("--text_tokens", o.text_tokens, "Text tokens N_t")->capture_default_str();
   app.add_option("--batch", o.batch, "Batch size B")->capture_default_str();
   app.add_option("--dtype", o.dtype, "float32, or bfloat16 (bf16 weights + bf16 autocast)")
       ->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--lora-rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->capture_default_str();
-  app.add_option("--lora-target", o.lora_target, "Flux LoRA target preset")->capture_default_str();
-  app.add_option("--threads", o.threads, "CPU threads (0 = LibTorch's default)")->capture_default_str();
+  app.add_option("--lora_rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lora_target", o.lora_target, "LoRA target preset of the family (Flux: flux_lora_target's values)")->capture_default_str();
+  add_registry_option(app, "num_threads", o.threads);
   app.add_option("--layouts", layouts,
                  "Comma list: off, N (interval), N/S (interval/stride), ffn, offload, auto:SIZE "
                  "(e.g. auto:20GiB). Default: off,1,2,4,8,2/4,ffn,offload (CUDA only) and two auto "
                  "budgets between the smallest possible and the keep-all predicted peak");
   app.add_option("--steps", o.steps, "Measured steps per layout")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Warm-up rounds (one step per layout each)")->capture_default_str();
-  app.add_option("--seed", o.seed, "Seed of weights and data")->capture_default_str();
+  add_registry_option(app, "seed", o.seed);
   app.add_option("--json", json, "Write the records as JSON here");
   app.add_option("--csv", csv, "Write the records as CSV here");
   app.add_option("--svg", svg, "Write a peak-memory vs step-time chart (SVG) here");
@@ -65,10 +66,10 @@ int run_bench(const std::vector<std::string>& args) {
   o.layouts = split_commas(layouts);
   // Bad options and files throw; main() prints them and exits with code 2.
   const auto report = train::run_benchmark(o, [](const std::string& line) { std::cerr << line << "\n"; });
-  std::cout << train::format_benchmark_table(report);
-  if (!json.empty()) train::write_file_atomic(json, train::benchmark_json(report));
-  if (!csv.empty()) train::write_file_atomic(csv, train::benchmark_csv(report));
-  if (!svg.empty()) train::write_file_atomic(svg, train::benchmark_svg(report));
+  std::cout << format_benchmark_table(report);
+  if (!json.empty()) write_file_atomic(json, benchmark_json(report));
+  if (!csv.empty()) write_file_atomic(csv, benchmark_csv(report));
+  if (!svg.empty()) write_file_atomic(svg, benchmark_svg(report));
   return 0;
 }
 

@@ -47,12 +47,12 @@ struct REMAT_API FluxConfig {
   /// "flux-dev", "flux-schnell" (the published sizes, §1.1), "flux-tiny" (2 + 2 blocks, hidden 64
   /// = 2 heads x 32, joint 32, pooled 16, in 64, guidance) and "flux-small" (4 + 8 blocks,
   /// hidden 128 = 2 heads x 64, joint 64, pooled 32, in 64, guidance). Throws
-  /// std::invalid_argument listing the names otherwise.
+  /// c10::ValueError listing the names otherwise.
   static FluxConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();
 
   /// Parses a diffusers transformer config.json (its text); unknown keys are ignored, missing ones
-  /// keep the defaults above. Throws std::invalid_argument on malformed JSON or wrong types.
+  /// keep the defaults above. Throws c10::ValueError on malformed JSON or wrong types.
   static FluxConfig from_json_string(const std::string& json);
   /// Same, reading the file at `path`.
   static FluxConfig from_json_file(const std::string& path);
@@ -89,26 +89,12 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   at::Tensor time_text_embedding(const at::Tensor& timestep, const std::optional<at::Tensor>& guidance,
                                  const at::Tensor& pooled_projections, at::ScalarType dtype);
 
-  // ---- gradient checkpointing (SimpleTuner names; see checkpointing.h) ----
-  void enable_gradient_checkpointing() { checkpointing_.enable(); }
-  void disable_gradient_checkpointing() { checkpointing_.disable(); }
-  bool is_gradient_checkpointing() const { return checkpointing_.enabled(); }
-  void set_gradient_checkpointing_interval(std::optional<int64_t> interval) {
-    checkpointing_.set_interval(interval);
-  }
-  /// "torch" | "unsloth" | "torch-ffn" | "unsloth-ffn".
-  void set_gradient_checkpointing_backend(const std::string& backend) {
-    checkpointing_.set_backend(backend);
-  }
-  void set_gradient_checkpointing_segment_stride(std::optional<int64_t> stride) {
-    checkpointing_.set_segment_stride(stride);
-  }
-  /// Explicit layouts for the double stack (num_layers blocks) and the single stack
-  /// (num_single_layers blocks); they override interval, stride and scope. Throws
-  /// std::invalid_argument when a layout does not cover its stack.
-  void set_gradient_checkpointing_layout(const Layout& double_blocks, const Layout& single_blocks);
-  void clear_gradient_checkpointing_layout() { checkpointing_.set_layouts({}); }
-  const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
+  // ---- gradient checkpointing (see remat/checkpoint_plan.h) ----
+  /// Sets how the block stacks are checkpointed. Explicit layouts must be two (double stack of
+  /// num_layers blocks, single stack of num_single_layers); throws c10::ValueError otherwise or
+  /// when the plan is invalid.
+  void set_checkpoint_plan(CheckpointPlan plan);
+  const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
   /// Called by forward() with the blocks' input state {x (B, N_i, D), c (B, N_t, D)} just before
   /// the first double block (stage "blocks_begin"), and with the joint output state
@@ -130,7 +116,7 @@ class REMAT_API FluxImpl : public torch::nn::Module {
 
  private:
   FluxConfig config_;
-  GradientCheckpointing checkpointing_;
+  CheckpointPlan checkpointing_;
   StageObserver stage_observer_;
 };
 TORCH_MODULE(Flux);

@@ -21,19 +21,20 @@ REMAT_API bool lora_target_matches(const std::string& name, const std::string& s
 /// Freezes every parameter of `module` (requires_grad false), then enables LoRA (rank, alpha) on
 /// each remat::models::Linear whose qualified name matches one of `target_suffixes`, leaving only
 /// the LoRA factors trainable. Returns the wrapped module names in registration order. Throws
-/// std::invalid_argument when no module matches (as PEFT does) and for rank < 1 or alpha <= 0.
+/// c10::ValueError when no module matches (as PEFT does) and for rank < 1 or alpha <= 0.
 REMAT_API std::vector<std::string> apply_lora(torch::nn::Module& module,
                                               const std::vector<std::string>& target_suffixes,
                                               int64_t rank, double alpha);
 
-/// SimpleTuner's target suffix lists. family "flux": "default", "all", "context", "context+ffs",
-/// "all+ffs", "all+ffs+embedder", "ai-toolkit", "tiny", "nano" (§1.13; the fused to_qkv /
-/// add_qkv_proj names are omitted, these models have no fused projections). family "mageflow":
-/// "default" (§2.7). Throws std::invalid_argument naming the valid values otherwise.
-REMAT_API std::vector<std::string> lora_target_preset(const std::string& family,
-                                                      const std::string& preset_name);
-/// The preset names of a family, in the order above.
-REMAT_API std::vector<std::string> lora_target_preset_names(const std::string& family);
+/// SimpleTuner's Flux target suffix lists, by preset: "default", "all", "context",
+/// "context+ffs", "all+ffs", "all+ffs+embedder", "ai-toolkit", "tiny", "nano" (MODELS.md §1.13;
+/// the fused to_qkv / add_qkv_proj names are omitted, these models have no fused projections).
+/// Throws c10::ValueError naming the valid presets otherwise.
+REMAT_API std::vector<std::string> flux_lora_target_modules(const std::string& preset);
+/// The Flux preset names, in the order above.
+REMAT_API std::vector<std::string> flux_lora_target_preset_names();
+/// MageFlow's target suffix list (§2.7): preset "default" only.
+REMAT_API std::vector<std::string> mageflow_lora_target_modules(const std::string& preset);
 
 /// The LoRA factors in PEFT file format: {"transformer.<path>.lora_A.weight": (r, in),
 /// "transformer.<path>.lora_B.weight": (out, r), ...}. The tensors are the live parameters (not

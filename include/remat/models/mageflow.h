@@ -45,7 +45,7 @@ struct REMAT_API MageFlowConfig {
 
   /// "mageflow-4b" (§2.1: 12 blocks, hidden 3072, context 2560), "mageflow-tiny" (2 blocks,
   /// hidden 64 = 2 heads x 32, context 32, 128 channels) and "mageflow-small" (6 blocks, hidden
-  /// 128 = 2 heads x 64, context 64, 128 channels). Throws std::invalid_argument otherwise.
+  /// 128 = 2 heads x 64, context 64, 128 channels). Throws c10::ValueError otherwise.
   static MageFlowConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();
 
@@ -119,24 +119,12 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
                      const std::vector<ImageShape>& img_shapes, const at::Tensor& img_cu_seqlens,
                      const at::Tensor& txt_cu_seqlens, const std::vector<int64_t>& skip_layers = {});
 
-  // ---- gradient checkpointing (SimpleTuner names; see checkpointing.h) ----
-  void enable_gradient_checkpointing() { checkpointing_.enable(); }
-  void disable_gradient_checkpointing() { checkpointing_.disable(); }
-  bool is_gradient_checkpointing() const { return checkpointing_.enabled(); }
-  void set_gradient_checkpointing_interval(std::optional<int64_t> interval) {
-    checkpointing_.set_interval(interval);
-  }
-  void set_gradient_checkpointing_backend(const std::string& backend) {
-    checkpointing_.set_backend(backend);
-  }
-  void set_gradient_checkpointing_segment_stride(std::optional<int64_t> stride) {
-    checkpointing_.set_segment_stride(stride);
-  }
-  /// Explicit layout over the blocks that run (depth, or depth minus skip_layers: a mismatch
-  /// throws std::invalid_argument at forward time). Overrides interval, stride and scope.
-  void set_gradient_checkpointing_layout(const Layout& layout);
-  void clear_gradient_checkpointing_layout() { checkpointing_.set_layouts({}); }
-  const GradientCheckpointing& gradient_checkpointing() const { return checkpointing_; }
+  // ---- gradient checkpointing (see remat/checkpoint_plan.h) ----
+  /// Sets how the block stack is checkpointed. An explicit layout (one) covers the blocks that run
+  /// (depth, or depth minus skip_layers: a mismatch throws c10::ValueError at forward time).
+  /// Throws c10::ValueError when the plan is invalid or a layout covers more than depth blocks.
+  void set_checkpoint_plan(CheckpointPlan plan);
+  const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
   /// Called by forward() with the blocks' input state {txt (1, ΣT, D), img (1, ΣL, D)} (stage
   /// "blocks_begin") and with {img} after the last block ("blocks_end"); see StageObserver.
@@ -155,7 +143,7 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
 
  private:
   MageFlowConfig config_;
-  GradientCheckpointing checkpointing_;
+  CheckpointPlan checkpointing_;
   StageObserver stage_observer_;
 };
 TORCH_MODULE(MageFlow);

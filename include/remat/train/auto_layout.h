@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
 #include <torch/optim/optimizer.h>
 
 #include "remat/export.h"
@@ -64,10 +66,17 @@ REMAT_API StepModel profile_step(Transformer& model, torch::optim::Optimizer& op
 
 /// One layout over every block of the stacks, in execution order (offsets added).
 REMAT_API Layout join_stack_layouts(const std::vector<Layout>& stacks);
-/// The per-stack layouts of a chain layout, for Transformer::configure_checkpointing. Throws
-/// std::invalid_argument when a checkpointed segment crosses a stack boundary or the sizes differ.
+/// The per-stack layouts of a chain layout, for CheckpointPlan::from_layouts. Throws
+/// c10::ValueError when a checkpointed segment crosses a stack boundary or the sizes differ.
 REMAT_API std::vector<Layout> split_stack_layout(const Layout& layout,
                                                  const std::vector<int64_t>& stack_sizes);
+
+/// No checkpoint layout fits the memory budget; the message gives the smallest possible peak and
+/// what to change.
+class REMAT_API NoLayoutFits : public c10::ValueError {
+ public:
+  explicit NoLayoutFits(const std::string& message) : c10::ValueError(message, "") {}
+};
 
 /// The planner's choice for a step model.
 struct AutoLayout {
@@ -77,7 +86,7 @@ struct AutoLayout {
 };
 
 /// Plans for `budget_bytes` (> 0). Offload is considered when the chain's state is on CUDA and
-/// allow_offload. Throws std::runtime_error when nothing fits, with the smallest possible peak
+/// allow_offload. Throws NoLayoutFits when nothing fits, with the smallest possible peak
 /// and what to change (the planner's explanation).
 REMAT_API AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_bytes,
                                       bool allow_offload = true);
@@ -86,7 +95,7 @@ REMAT_API AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_byt
 /// machine's MemAvailable; CUDA: free + reserved device memory).
 REMAT_API int64_t default_memory_budget(const c10::Device& device);
 
-/// profile_step + plan_auto_layout + configure_checkpointing(the chosen layouts); logs
+/// profile_step + plan_auto_layout + set_checkpoint_plan(the chosen layouts); logs
 /// describe_plan in one line through `log`. `budget_bytes` unset: default_memory_budget.
 REMAT_API AutoLayout apply_auto_layout(Transformer& model, torch::optim::Optimizer& optimizer,
                                        const std::vector<at::Tensor>& parameters,

@@ -52,13 +52,10 @@ struct BenchmarkLayout {
 /// (interval N, SimpleTuner's layout per stack), "N/S" (interval N, stride S), "ffn" (torch-ffn:
 /// only feed-forward parts), "offload" (every block its own Offload checkpoint, unsloth),
 /// "auto:SIZE" (the planner at a budget, e.g. "auto:20GiB", "auto:512MiB", "auto:1000000";
-/// units B, KiB, MiB, GiB, KB, MB, GB). Throws std::invalid_argument naming the text and the
+/// read by remat::parse_byte_size). Throws c10::ValueError naming the text and the
 /// valid forms.
 REMAT_API BenchmarkLayout parse_benchmark_layout(const std::string& name,
                                                  const std::vector<int64_t>& stack_sizes);
-
-/// Parses "20GiB"-style sizes (see parse_benchmark_layout). Throws std::invalid_argument.
-REMAT_API int64_t parse_byte_size(const std::string& text);
 
 /// One row of the report.
 struct BenchmarkRecord {
@@ -97,20 +94,8 @@ REMAT_API std::vector<std::string> default_benchmark_layouts(bool cuda, int64_t 
                                                              int64_t keep_all_peak_bytes);
 
 /// Runs the benchmark; `log` gets progress lines (may be empty). Needs CPU memory tracking
-/// installed for a CPU run. Throws std::invalid_argument / c10::Error for bad options.
+/// installed for a CPU run. Throws c10::ValueError / c10::Error for bad options.
 REMAT_API BenchmarkReport run_benchmark(const BenchmarkOptions& options,
                                         const std::function<void(const std::string&)>& log = {});
-
-/// A fixed-width text table of the records (and the overhead line).
-REMAT_API std::string format_benchmark_table(const BenchmarkReport& report);
-/// JSON: a list of one object per record (fields of BenchmarkRecord).
-REMAT_API std::string benchmark_json(const BenchmarkReport& report);
-/// CSV with a header row, the same fields.
-REMAT_API std::string benchmark_csv(const BenchmarkReport& report);
-/// A self-contained SVG scatter chart: peak memory (y) against step time (x), one labelled point
-/// per layout.
-REMAT_API std::string benchmark_svg(const BenchmarkReport& report);
-/// Writes `text` to `path` through a temporary file and a rename.
-REMAT_API void write_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace remat::train

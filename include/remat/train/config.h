@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
+
+#include "remat/byte_size.h"
 #include "remat/checkpoint.h"
+#include "remat/checkpoint_plan.h"
 #include "remat/export.h"
 
 namespace remat::train {
@@ -22,9 +25,11 @@ namespace remat::train {
 /// Bad configuration: an unknown key, a value of the wrong type or out of range, or a combination
 /// the safety check refuses. `what()` has the shape `[train] <option> must be <valid>, got <value>`;
 /// the CLI prints it and exits with code 2 before any work starts.
-class REMAT_API ValidationError : public std::invalid_argument {
+class REMAT_API ValidationError : public c10::ValueError {
  public:
   ValidationError(std::string option, std::string value, const std::string& message);
+  /// The message alone (what() is the same: no backtrace is attached).
+  const std::string& message() const noexcept { return msg(); }
   /// The option at fault (SimpleTuner key, without "--"); empty when the problem is not one option.
   const std::string& option() const noexcept { return option_; }
   /// The offending value as written by the user.
@@ -33,6 +38,27 @@ class REMAT_API ValidationError : public std::invalid_argument {
  private:
   std::string option_;
   std::string value_;
+};
+
+/// One finding of validation, tied to an option when it is about one.
+struct Diagnostic {
+  enum class Severity { Error, Warning };
+  Severity severity = Severity::Error;
+  std::string option;   ///< the option at fault (without "--"); empty when not one option
+  std::string value;    ///< the value as written; empty when none
+  std::string message;  ///< the whole sentence: "[train] <option> must be <valid>, got '<value>'"
+};
+
+/// Every error validation found, at once. what() is their messages, one per line; option() and
+/// value() are the first error's. The CLI prints them all and exits with code 2; a UI shows each
+/// next to its field.
+class REMAT_API ValidationErrors : public ValidationError {
+ public:
+  explicit ValidationErrors(std::vector<Diagnostic> errors);
+  const std::vector<Diagnostic>& errors() const noexcept { return errors_; }
+
+ private:
+  std::vector<Diagnostic> errors_;
 };
 
 /// Everything `remat train` needs, validated. Field names are SimpleTuner's option names.
@@ -117,7 +143,8 @@ struct TrainConfig {
   std::optional<std::string> resume_from_checkpoint = std::string("latest");
 
   // ---- runtime ----
-  /// "auto", "cpu" or "cuda" on input; after load_train_config "cpu" or "cuda".
+  /// "auto", "cpu", "cuda" or "cuda:N" on input; after load_train_config "cpu", "cuda" or
+  /// "cuda:N".
   std::string device = "auto";
   /// CPU threads for LibTorch; 0 keeps LibTorch's default.
   int64_t num_threads = 0;
@@ -128,6 +155,9 @@ struct TrainConfig {
   Backend checkpoint_backend() const;
   /// True for the "-ffn" backends: only the feed-forward half of each block is checkpointed.
   bool checkpoint_ffn_only() const;
+  /// The checkpoint plan of the gradient_checkpointing* options (an `auto` interval is the
+  /// planner's to resolve: this plan is then per-block). Throws c10::ValueError when invalid.
+  CheckpointPlan checkpoint_plan() const;
   /// lora_alpha, or lora_rank when unset.
   double lora_alpha_value() const;
 };
@@ -138,9 +168,10 @@ using OptionValues = std::map<std::string, std::optional<std::string>>;
 
 /// Reads a SimpleTuner-style config.json (a flat JSON object). Keys may start with "--"; aliases
 /// are mapped to their option name. JSON booleans and numbers become their text; null means unset.
-/// Throws ValidationError for a missing or malformed file, a nested value, or an unknown key (the
-/// message suggests the closest known option).
-REMAT_API OptionValues read_config_file(const std::string& path);
+/// Throws ValidationError for a missing or malformed file or a nested value. Unknown keys (the
+/// message suggests the closest known option) are appended to `unknown` when given, else thrown.
+REMAT_API OptionValues read_config_file(const std::string& path,
+                                        std::vector<Diagnostic>* unknown = nullptr);
 
 /// The result of parsing a command line: the --config path if given, and the flag values.
 struct CommandLine {
@@ -148,47 +179,70 @@ struct CommandLine {
   OptionValues values;
   /// `--help` or `-h` was given: the caller prints train_help_text() instead of training.
   bool help = false;
+  /// Unknown flags, each an error naming the flag and the closest known option.
+  std::vector<Diagnostic> unknown;
 };
 
 /// Parses `--key=value`, `--key value` and, for booleans, `--flag` (true) / `--flag=false`.
-/// `--config path` names the config.json. Throws ValidationError for an unknown flag (with the
-/// closest known option), a missing value or a stray positional argument.
+/// `--config path` names the config.json. Unknown flags are collected in CommandLine::unknown
+/// (an unknown `--flag value` takes the next argument when it is not a flag). Throws
+/// ValidationError for a missing value or a stray positional argument.
 REMAT_API CommandLine parse_command_line(const std::vector<std::string>& args);
 
 /// What the environment provides to validation (injectable so tests do not depend on the machine).
 struct Environment {
   /// Whether CUDA is usable: resolves device "auto". Default: torch::cuda::is_available().
   bool cuda_available;
+  /// CUDA devices (cuda:N needs N < this). Default: torch::cuda::device_count().
+  int64_t cuda_devices = 0;
   Environment();
-  explicit Environment(bool cuda) : cuda_available(cuda) {}
+  explicit Environment(bool cuda) : cuda_available(cuda), cuda_devices(cuda ? 1 : 0) {}
 };
+
+/// The outcome of validating option values: the config (meaningful when no errors) and every
+/// error and warning found, each naming its option.
+struct ValidationReport {
+  TrainConfig config;
+  std::vector<Diagnostic> diagnostics;
+  bool ok() const;
+  std::vector<Diagnostic> errors() const;
+  /// The warnings' messages, in order.
+  std::vector<std::string> warnings() const;
+};
+
+/// Validates option values against the registry and every rule, collecting all problems rather
+/// than stopping at the first: unknown keys, types, ranges, choices (per family where they
+/// depend on model_family), patterns, relations (stride >= interval), dependencies (an option set
+/// while the option it depends on says it has no effect: a warning), deprecations, the family's
+/// own rules and, when `safety` is true, the checkpointing safety check. Never throws for bad
+/// values.
+REMAT_API ValidationReport validate_option_values(const OptionValues& values,
+                                                  const Environment& env = Environment(),
+                                                  bool safety = true);
 
 /// Builds a TrainConfig from option values (defaults for absent keys), validating each value
 /// against the registry (type, range, choices), then cross-option rules (flavour belongs to the
 /// family) and resolutions (device auto, lora_alpha, flavour default). Does not run the
-/// checkpointing safety check. Appends warnings to `warnings`. Throws ValidationError.
+/// checkpointing safety check. Appends warnings to `warnings`. Throws ValidationErrors with every
+/// error.
 REMAT_API TrainConfig build_train_config(const OptionValues& values,
                                          std::vector<std::string>& warnings,
                                          const Environment& env = Environment());
 
 /// The whole pipeline of `remat train`: parse the command line, read --config if given, let the
-/// flags override the file, build the TrainConfig and run safety_check. Throws ValidationError;
-/// appends warnings (which the caller logs) to `warnings`. `--help` is ignored here: check
+/// flags override the file, build the TrainConfig and run safety_check. Throws ValidationErrors
+/// with every error found (unknown flags and keys included); appends warnings (which the caller
+/// logs) to `warnings`. `--help` is ignored here: check
 /// parse_command_line(args).help first.
 REMAT_API TrainConfig load_train_config(const std::vector<std::string>& args,
                                         std::vector<std::string>& warnings,
                                         const Environment& env = Environment());
 
-/// Parses a byte size: a non-negative number with an optional unit, case-insensitive, spaces
-/// allowed before the unit. Binary units B, KiB, MiB, GiB, TiB (powers of 1024), decimal units
-/// KB, MB, GB, TB (powers of 1000); K/M/G/T alone are binary. "20GiB", "512MiB", "1.5GB",
-/// "1048576". Fractions are allowed with a unit and rounded down to whole bytes. Throws
-/// ValidationError naming `option` for anything else, or a value above 2^63-1 bytes.
+/// Parses a byte size as remat::parse_byte_size does; throws ValidationError naming `option`.
 REMAT_API int64_t parse_bytes(const std::string& text,
                               const std::string& option = "gradient_checkpointing_memory_budget");
 
-/// Formats a byte count the way parse_bytes reads it back exactly: "20GiB", "512MiB", or plain
-/// bytes when no binary unit divides it.
-REMAT_API std::string format_byte_size(int64_t bytes);
+/// remat::format_byte_size: "20GiB", "512MiB", or plain bytes.
+using remat::format_byte_size;
 
 }  // namespace remat::train

@@ -4,10 +4,11 @@
 /// VAE latents and text-encoder states that training reads instead of images and captions.
 ///
 /// Keys of one sample file (extra keys are ignored):
-///   Flux:     `latents` (C, H, W) with C = 16 and H, W even (2x2 packing);
-///             `prompt_embeds` (L, D) T5 states; `pooled_prompt_embeds` (P) CLIP pooled output.
-///   MageFlow: `latents` (C, H, W) with C = 128; `prompt_embeds` (L, D) Qwen3-VL states, L may
-///             differ between samples.
+///   `latents` (C, H, W), C and the H, W multiple as the family's LatentLayout says (Flux: C =
+///             16, H and W even for 2x2 packing; MageFlow: C = 128);
+///   `prompt_embeds` (L, D) text-encoder states (Flux: T5; MageFlow: Qwen3-VL, L may differ
+///             between samples);
+///   `pooled_prompt_embeds` (P) when the layout is pooled (Flux: CLIP's pooled output).
 /// Every sample of one dataset has the same C, D (and P); H, W and L may vary, and batches only
 /// ever group samples whose shapes are all equal (bucketing).
 
@@ -22,24 +23,21 @@
 
 namespace remat::train {
 
-/// The model family a latent cache feeds.
-enum class LatentFamily { Flux, MageFlow };
-
-/// "flux" or "mageflow".
-REMAT_API std::string to_string(LatentFamily family);
-
-/// Parses "flux" / "mageflow" (case-sensitive). Throws c10::ValueError naming the value and the
-/// valid names.
-REMAT_API LatentFamily parse_latent_family(const std::string& name);
-
-/// VAE latent channels of a family: 16 (Flux VAE) or 128 (MageVAE).
-REMAT_API int64_t latent_channels(LatentFamily family);
+/// What a model family's latent cache holds (ModelFamily::latents, remat/train/family.h).
+struct LatentLayout {
+  std::string family;              ///< the family's name, for messages and file metadata
+  int64_t channels = 16;           ///< VAE latent channels C
+  int64_t spatial_multiple = 1;    ///< H and W must be multiples of it (Flux: 2 for 2x2 packing)
+  bool pooled = false;             ///< samples carry pooled_prompt_embeds (P)
+  /// Text lengths L may differ between captions (the demo data then draws them).
+  bool variable_text_length = false;
+};
 
 /// The shapes of one sample, as its file header states them; the bucket key for batching.
 struct SampleShape {
   std::vector<int64_t> latents;               ///< (C, H, W)
   std::vector<int64_t> prompt_embeds;         ///< (L, D)
-  std::vector<int64_t> pooled_prompt_embeds;  ///< (P) for Flux, empty for MageFlow
+  std::vector<int64_t> pooled_prompt_embeds;  ///< (P) when pooled, else empty
 
   bool operator==(const SampleShape& other) const {
     return latents == other.latents && prompt_embeds == other.prompt_embeds &&
@@ -57,7 +55,7 @@ struct Sample {
   std::string path;                 ///< the file it came from
   at::Tensor latents;               ///< (C, H, W)
   at::Tensor prompt_embeds;         ///< (L, D)
-  at::Tensor pooled_prompt_embeds;  ///< (P); undefined for MageFlow
+  at::Tensor pooled_prompt_embeds;  ///< (P); undefined unless pooled
 };
 
 /// Samples of equal shape stacked along a new leading batch dimension.
@@ -65,7 +63,7 @@ struct Batch {
   std::vector<int64_t> indices;     ///< dataset indices, in batch order
   at::Tensor latents;               ///< (B, C, H, W)
   at::Tensor prompt_embeds;         ///< (B, L, D)
-  at::Tensor pooled_prompt_embeds;  ///< (B, P); undefined for MageFlow
+  at::Tensor pooled_prompt_embeds;  ///< (B, P); undefined unless pooled
 };
 
 /// Deterministic shuffled batches over samples bucketed by shape.
@@ -83,8 +81,12 @@ class REMAT_API BatchSampler {
   /// shapes is empty.
   BatchSampler(std::vector<SampleShape> shapes, int64_t batch_size);
 
-  /// The batches of `epoch` (dataset indices). Same (seed, epoch) → same result on any machine.
-  std::vector<std::vector<int64_t>> epoch(uint64_t seed, int64_t epoch) const;
+  /// The batches of `epoch` (dataset indices) that process `rank` of `world_size` trains on:
+  /// every rank draws the same epoch order and keeps batches rank, rank + world_size, ...
+  /// (world_size 1: all of them). Same (seed, epoch, rank, world_size) → same result on any
+  /// machine. Throws c10::ValueError unless 0 <= rank < world_size.
+  std::vector<std::vector<int64_t>> epoch(uint64_t seed, int64_t epoch, int64_t rank = 0,
+                                          int64_t world_size = 1) const;
 
   /// Batches per epoch: the sum over buckets of ceil(bucket size / batch_size); independent of
   /// seed and epoch (for learning-rate schedules).
@@ -107,12 +109,12 @@ class REMAT_API LatentDataset {
  public:
   /// Scans `dir` for `*.safetensors` files (regular files, sorted by file name) and validates each
   /// header: required keys present, ranks (latents 3, prompt_embeds 2, pooled 1), floating
-  /// dtypes, C = latent_channels(family), Flux H and W even, all dimensions > 0, and C, D, P equal
+  /// dtypes, C = layout.channels, H and W multiples of layout.spatial_multiple, all dimensions > 0, and C, D, P equal
   /// across samples. Throws c10::Error naming the file and the missing or malformed key (or the
   /// directory, if it is missing or holds no sample).
-  static LatentDataset open(const std::string& dir, LatentFamily family);
+  static LatentDataset open(const std::string& dir, const LatentLayout& layout);
 
-  LatentFamily family() const { return family_; }
+  const LatentLayout& layout() const { return layout_; }
   const std::string& directory() const { return dir_; }
 
   /// Number of samples.
@@ -134,13 +136,13 @@ class REMAT_API LatentDataset {
   /// is empty or mixes shapes.
   Batch get_batch(const std::vector<int64_t>& indices) const;
 
-  /// BatchSampler(shapes(), batch_size).epoch(seed, epoch): see BatchSampler.
-  std::vector<std::vector<int64_t>> epoch_batches(uint64_t seed, int64_t epoch,
-                                                  int64_t batch_size) const;
+  /// BatchSampler(shapes(), batch_size).epoch(seed, epoch, rank, world_size): see BatchSampler.
+  std::vector<std::vector<int64_t>> epoch_batches(uint64_t seed, int64_t epoch, int64_t batch_size,
+                                                  int64_t rank = 0, int64_t world_size = 1) const;
 
  private:
   std::string dir_;
-  LatentFamily family_ = LatentFamily::Flux;
+  LatentLayout layout_;
   std::vector<std::string> paths_;
   std::vector<SampleShape> shapes_;
 };
@@ -148,16 +150,15 @@ class REMAT_API LatentDataset {
 /// Shape and structure of a generated demo dataset.
 struct DemoDatasetOptions {
   /// Latent (H, W) sizes, cycled over samples (sample i gets sizes[i % n]); more than one size
-  /// exercises bucketing. Flux sizes must be even. Default: 16x16 (64 packed Flux tokens).
+  /// exercises bucketing. Multiples of the layout's spatial_multiple. Default: 16x16 (64 packed Flux tokens).
   std::vector<std::pair<int64_t, int64_t>> sizes = {{16, 16}};
-  /// Text tokens L. For MageFlow, each caption draws L uniformly from [text_tokens_min,
-  /// text_tokens] when text_tokens_min > 0 (variable-length Qwen3-VL states); otherwise L is
-  /// fixed. Flux always uses text_tokens.
+  /// Text tokens L. With a variable_text_length layout, each caption draws L uniformly from
+  /// [text_tokens_min, text_tokens] when text_tokens_min > 0; otherwise L is fixed.
   int64_t text_tokens = 32;
   int64_t text_tokens_min = 0;
   /// D, the width of prompt_embeds (the model's joint_attention_dim / context_in_dim).
   int64_t joint_attention_dim = 64;
-  /// P, the width of pooled_prompt_embeds (Flux only; the model's pooled_projection_dim).
+  /// P, the width of pooled_prompt_embeds (pooled layouts; Flux's pooled_projection_dim).
   int64_t pooled_projection_dim = 32;
   /// Distinct captions; sample i uses caption i % num_captions (0: one caption per sample).
   /// Samples sharing a caption have identical embeddings and latents that differ only by noise.
@@ -171,16 +172,16 @@ struct DemoDatasetOptions {
 };
 
 /// Writes `num_samples` files `sample_000000.safetensors` ... into `dir` (created if needed; it
-/// must not already hold .safetensors files) and returns LatentDataset::open(dir, family).
+/// must not already hold .safetensors files) and returns LatentDataset::open(dir, layout).
 ///
 /// The data has learnable structure. Each caption has a code z ~ N(0, I_k). Its embeddings are
 /// fixed random linear maps of z: prompt_embeds[l] = z W_l (token-dependent maps) and, for Flux,
-/// pooled_prompt_embeds = z W_p. Its latents are z times a fixed basis of low-frequency cosine
+/// pooled_prompt_embeds = z W_p (pooled layouts). Its latents are z times a fixed basis of low-frequency cosine
 /// patterns (frequencies 0..2 per axis, defined on normalised coordinates so every size shows the
 /// same picture), scaled to unit variance, plus noise_std Gaussian noise. So the latents are a
 /// linear function of, e.g., prompt_embeds[0] up to the noise. Everything is a deterministic
 /// function of `seed` and the options; each file is written atomically (save_safetensors).
-REMAT_API LatentDataset make_demo_dataset(const std::string& dir, LatentFamily family,
+REMAT_API LatentDataset make_demo_dataset(const std::string& dir, const LatentLayout& layout,
                                           int64_t num_samples, uint64_t seed,
                                           const DemoDatasetOptions& options = {});
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +41,13 @@ struct OptionDependency {
   std::string equals;  ///< the value (as text) that enables it, e.g. "true" or "lora"
 };
 
+/// A rule between two options, checked when both are set.
+struct OptionRelation {
+  enum class Kind { AtLeast };  ///< this value >= the other's
+  Kind kind = Kind::AtLeast;
+  std::string option;           ///< the other option
+};
+
 /// A value after typing and range checks: null (unset), bool, int, float or text (strings,
 /// choices, paths and keywords such as "auto").
 using OptionValue = std::variant<std::monostate, bool, int64_t, double, std::string>;
@@ -60,6 +68,18 @@ struct OptionSpec {
   std::vector<OptionDependency> depends_on;  ///< all must hold for the option to take effect
   bool checkpointing = false;  ///< part of the gradient-checkpointing group (translated docs)
   std::vector<std::string> aliases;  ///< other accepted key names (SimpleTuner legacy names)
+  /// Choices that depend on another option's value: when `choices_depend_on` is set, the value
+  /// must be one of choices_by_value[that option's value] (model_flavour by model_family).
+  std::string choices_depend_on;
+  std::map<std::string, std::vector<std::string>> choices_by_value;
+  /// String options: a regular expression the whole value must match (ECMAScript), and what it
+  /// means in words for messages and docs.
+  std::string pattern;
+  std::string pattern_description;
+  /// Rules with other options (stride >= interval), checked when both are set.
+  std::vector<OptionRelation> relations;
+  /// Non-empty: the option is deprecated; using it warns with this note.
+  std::string deprecated;
   /// The default as text, read from a default-constructed TrainConfig; std::nullopt = unset.
   std::optional<std::string> default_value;
   /// Replaces default_value in help and docs when the default is resolved later ("= lora_rank").
@@ -87,6 +107,21 @@ REMAT_API const OptionSpec* find_option(std::string_view name);
 
 /// The known option name closest to `name` by edit distance (for "did you mean" messages).
 REMAT_API std::string closest_option(std::string_view name);
+
+/// "[train] unknown option '<name>'<where> (did you mean '<closest>'?)".
+REMAT_API std::string unknown_option_message(std::string_view name, const std::string& where);
+
+/// The dependency rule, driven by each option's depends_on: an option whose value differs from
+/// its default while an option it depends on does not have the required value is reported as a
+/// warning: "X=v has no effect because D is d" when D is a switch (the value is kept, unused),
+/// "X=v is only used with D=e; ignoring it" otherwise (the value is reset to its default).
+/// `checkpointing`: check the gradient-checkpointing options (the safety check's rule 1) or the
+/// others.
+REMAT_API std::vector<Diagnostic> dependency_diagnostics(TrainConfig& config, bool checkpointing);
+
+/// The relations (OptionSpec::relations) of option `name`, checked on `config` when both values
+/// are set: an error per broken rule, "[train] X must be >= Y (y), got x".
+REMAT_API std::vector<Diagnostic> relation_diagnostics(const TrainConfig& config, const std::string& name);
 
 /// Parses and validates `text` as a value of `spec`: type, keywords, minimum/maximum, choices.
 /// std::nullopt text means unset (allowed only for nullable options). Throws ValidationError

@@ -4,8 +4,8 @@
 /// `safety_check.py`: it normalises the checkpointing options of a TrainConfig, drops what a model
 /// family cannot use (with a warning) and refuses what cannot work (ValidationError).
 ///
-/// Which family supports what lives in ONE table, checkpointing_support(); the check takes the
-/// table as a parameter so tests can exercise a family without a feature.
+/// Which family supports what comes from the family registry, checkpointing_support(); the check
+/// takes the table as a parameter so tests can exercise a family without a feature.
 
 #include <string>
 #include <vector>
@@ -23,8 +23,8 @@ struct FamilyCheckpointing {
   bool ffn_scope = false;       ///< "-ffn" backends: checkpoint only the feed-forward half
 };
 
-/// The supported families: flux and mageflow, both with interval, stride and ffn scope.
-REMAT_API const std::vector<FamilyCheckpointing>& checkpointing_support();
+/// The registered families' capabilities (ModelFamily::checkpointing, remat/train/family.h).
+REMAT_API std::vector<FamilyCheckpointing> checkpointing_support();
 
 /// Checks and normalises the checkpointing options of `config` in place; returns the warnings
 /// (the caller logs them). Rules, in order:
@@ -39,8 +39,10 @@ REMAT_API const std::vector<FamilyCheckpointing>& checkpointing_support();
 ///  6. "unsloth"/"unsloth-ffn" on device cpu: warning that CPU tensors stay in place (the offload
 ///     backend only moves CUDA tensors to pinned host memory).
 ///  7. a memory budget without interval "auto" (checkpointing on): warning, dropped.
-/// A family missing from `families` supports nothing. Throws ValidationError naming the option,
-/// the value and what is valid.
+/// Rules 1 and 7 are the registry's dependency rule (dependency_diagnostics), the stride's lower
+/// bound its relation to the interval (relation_diagnostics). A family missing from `families`
+/// supports nothing. Throws ValidationErrors with every error, each naming the option, the value
+/// and what is valid.
 REMAT_API std::vector<std::string> safety_check(
     TrainConfig& config,
     const std::vector<FamilyCheckpointing>& families = checkpointing_support());

@@ -1,9 +1,21 @@
 #pragma once
 /// \file
-/// One training step (forward with the flow-matching loss, backward, optimizer step) with its
-/// timings and tracked peak, as `remat bench` runs it and as the auto-layout profile measures it.
+/// One training step, in phases with seams: forward and loss -> backward (per micro-batch) ->
+/// gradient sync -> clipping -> optimizer step, with observers around each phase. `remat train`,
+/// `remat bench` and the auto-layout profile all run this one step.
+///
+/// Nothing in the step waits for the device or reads a tensor back to the host unless an observer
+/// asks for it: the loss and gradient norm stay on the device (StepResult) until the caller reads
+/// them, so `remat train` reads them once per logged step. TimingObserver synchronises at each
+/// phase boundary (the benchmark's figures); PeakMemoryObserver reads the allocator's counters.
+///
+/// Seams for what comes next: the gradient-sync hook runs after the last micro-batch's backward
+/// and before clipping (data-parallel training reduces gradients there); observers see every
+/// phase (metrics, UIs, profilers).
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -28,12 +40,96 @@ struct StepSettings {
   bool measure_grad_norm = false;
 };
 
-/// What one step took. Times in seconds, the device synchronised at each boundary.
+/// The phases of a step, in order. ForwardBackward runs once per micro-batch.
+enum class StepPhase { ForwardBackward, GradientSync, Clip, OptimizerStep };
+
+/// What a step leaves for its caller, on the device.
+struct StepResult {
+  /// The loss of each micro-batch (float32 scalars, detached).
+  std::vector<at::Tensor> micro_losses;
+  /// The global gradient L2 norm before clipping; undefined unless clipped or measured.
+  at::Tensor grad_norm;
+
+  /// The mean loss over the micro-batches (reads the device).
+  double loss() const;
+  /// grad_norm as a number, 0 when undefined (reads the device).
+  double grad_norm_value() const;
+};
+
+/// Sees the phases of a step. Every method has an empty default.
+class REMAT_API StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void step_begin(const c10::Device& device) {}
+  virtual void phase_begin(StepPhase phase, const c10::Device& device) {}
+  /// After the phase, before the next begins. ForwardBackward also reports its forward part
+  /// (from the start to the loss) through forward_done.
+  virtual void forward_done(const c10::Device& device) {}
+  virtual void phase_end(StepPhase phase, const c10::Device& device) {}
+  virtual void step_end(const StepResult& result, const c10::Device& device) {}
+};
+
+/// Reduces (or otherwise handles) the accumulated gradients of `parameters` after the last
+/// micro-batch's backward, before clipping. Single-process training leaves it unset.
+using GradientSync = std::function<void(const std::vector<at::Tensor>& parameters)>;
+
+/// One optimizer step over micro-batches, phase by phase.
+class REMAT_API TrainingStep {
+ public:
+  /// `parameters` are the trainable tensors `optimizer` updates. The references must outlive
+  /// the step object.
+  TrainingStep(Transformer& model, torch::optim::Optimizer& optimizer, std::vector<at::Tensor> parameters,
+               StepSettings settings);
+
+  /// Observers are called in the order added; not owned.
+  void add_observer(StepObserver* observer);
+  void set_gradient_sync(GradientSync sync) { sync_ = std::move(sync); }
+  const StepSettings& settings() const { return settings_; }
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+
+  /// The whole step: gradients set to none, then for each micro-batch (gradient accumulation:
+  /// each loss scaled by 1/n) the flow-matching loss under autocast and its backward, then the
+  /// gradient sync, clipping (max_grad_norm > 0, or the norm measured), optimizer.step(), and the
+  /// gradients freed. The batches must be on the model's device; `generator` supplies noise and
+  /// sigmas, in batch order.
+  StepResult run(const std::vector<Batch>& micro_batches, at::Generator& generator);
+
+  // The phases, for callers that run part of a step (the auto-layout profile runs one
+  // forward-backward and no update).
+  /// Forward and backward of each micro-batch, gradients accumulated; returns the losses.
+  std::vector<at::Tensor> forward_backward(const std::vector<Batch>& micro_batches, at::Generator& generator);
+  /// The gradient-sync hook, when set.
+  void sync_gradients();
+  /// Clips (or only measures) the global gradient norm; undefined when neither is asked for.
+  at::Tensor clip_gradients();
+  /// optimizer.step().
+  void optimizer_step();
+
+ private:
+  void begin(StepPhase phase);
+  void end(StepPhase phase);
+
+  Transformer& model_;
+  torch::optim::Optimizer& optimizer_;
+  std::vector<at::Tensor> parameters_;
+  StepSettings settings_;
+  GradientSync sync_;
+  std::vector<StepObserver*> observers_;
+  c10::Device device_{c10::kCPU};
+};
+
+/// Clips the global L2 norm of the gradients of `parameters` to `max_norm` (infinity: measure
+/// only) exactly as torch::nn::utils::clip_grad_norm_ does, without reading the norm back to
+/// the host. Returns the norm before clipping (undefined when no parameter has a gradient).
+REMAT_API at::Tensor clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_norm);
+
+/// What one step took, as the benchmark and the profile report it. Times in seconds, the
+/// device synchronised at each boundary.
 struct StepMeasurement {
   double step_s = 0.0;
   double forward_s = 0.0;    ///< from the step's start to the loss (noise, sigmas, forward, loss)
   double backward_s = 0.0;
-  double optimizer_s = 0.0;
+  double optimizer_s = 0.0;  ///< gradient sync, clipping and the optimizer step
   /// memory::peak_bytes(device) over the step after a reset at its start: absolute, parameters,
   /// gradients and optimizer state included (torch.cuda.max_memory_allocated's figure on CUDA).
   int64_t peak_bytes = 0;
@@ -41,12 +137,38 @@ struct StepMeasurement {
   double grad_norm = 0.0;     ///< before clipping; 0 unless clipped or measure_grad_norm
 };
 
-/// Runs one optimizer step over `micro_batches` (gradient accumulation: each loss scaled by
-/// 1/n): gradients of `parameters` set to none, peak reset, for each micro-batch loss =
-/// model.flow_matching_loss(batch) (under autocast when set) and backward, clipping when
-/// settings.max_grad_norm > 0, optimizer.step(), and the gradients freed again. The batches must
-/// be on the model's device; `generator` supplies noise and sigmas, in batch order. This is the
-/// step of `remat train`, `remat bench` and the auto-layout profile.
+/// Resets the peak at the step's start and reads it at the end (no synchronisation: the
+/// allocator counts at allocation time).
+class REMAT_API PeakMemoryObserver : public StepObserver {
+ public:
+  void step_begin(const c10::Device& device) override;
+  void step_end(const StepResult& result, const c10::Device& device) override;
+  int64_t peak_bytes() const { return peak_bytes_; }
+
+ private:
+  int64_t peak_bytes_ = 0;
+};
+
+/// Synchronises the device at every phase boundary and times the phases (StepMeasurement's
+/// times). For benchmarks: it costs a device round trip per boundary.
+class REMAT_API TimingObserver : public StepObserver {
+ public:
+  void step_begin(const c10::Device& device) override;
+  void phase_begin(StepPhase phase, const c10::Device& device) override;
+  void forward_done(const c10::Device& device) override;
+  void phase_end(StepPhase phase, const c10::Device& device) override;
+  void step_end(const StepResult& result, const c10::Device& device) override;
+  /// The times of the last step.
+  const StepMeasurement& times() const { return times_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  StepMeasurement times_;
+  Clock::time_point step_start_, phase_start_;
+};
+
+/// Runs one TrainingStep with a TimingObserver and a PeakMemoryObserver and reads the loss: the
+/// measured step of `remat bench` and the auto-layout profile.
 REMAT_API StepMeasurement run_training_step(Transformer& model, torch::optim::Optimizer& optimizer,
                                             const std::vector<at::Tensor>& parameters,
                                             const std::vector<Batch>& micro_batches,

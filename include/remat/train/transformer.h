@@ -18,6 +18,7 @@
 
 #include "remat/export.h"
 #include "remat/checkpoint.h"
+#include "remat/checkpoint_plan.h"
 #include "remat/layout.h"
 #include "remat/train/data.h"
 
@@ -34,21 +35,10 @@ struct FlowMatchingOptions {
 
 /// How to build a transformer.
 struct TransformerSpec {
-  std::string family = "flux";              ///< "flux" or "mageflow"
-  std::string preset = "flux-tiny";         ///< a preset of the family
+  std::string family;                       ///< a registered family (remat/train/family.h)
+  std::string preset;                       ///< a preset of the family; empty: its small one
   std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides preset)
   std::optional<std::string> weights;       ///< a .safetensors to load strictly
-};
-
-/// The checkpointing settings of a run, SimpleTuner names (see remat/models/checkpointing.h).
-struct CheckpointingSpec {
-  bool enabled = false;
-  std::optional<int64_t> interval;
-  std::optional<int64_t> segment_stride;
-  std::string backend = "torch";
-  /// Explicit layouts, one per block stack (Flux: double, single; MageFlow: one); when set they
-  /// replace interval / stride / backend.
-  std::vector<Layout> layouts;
 };
 
 /// One model family behind a common interface.
@@ -56,6 +46,7 @@ class REMAT_API Transformer {
  public:
   virtual ~Transformer() = default;
 
+  /// The family's registered name.
   virtual std::string family() const = 0;
   virtual torch::nn::Module& module() = 0;
 
@@ -63,12 +54,13 @@ class REMAT_API Transformer {
   /// MageFlow: {depth}). The planner treats each stack start as a forced segment boundary.
   virtual std::vector<int64_t> stack_sizes() const = 0;
 
-  /// Applies checkpointing settings to the model.
-  virtual void configure_checkpointing(const CheckpointingSpec& spec) = 0;
+  /// Sets how the block stacks are checkpointed (one plan for the whole model; explicit layouts
+  /// one per stack of stack_sizes()). Throws c10::ValueError for a plan that does not fit.
+  virtual void set_checkpoint_plan(const CheckpointPlan& plan) = 0;
 
-  /// Enables LoRA on the family's target preset; returns the wrapped module names.
-  virtual std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank,
-                                              double alpha) = 0;
+  /// Enables LoRA on one of the family's target presets (ModelFamily::lora_target_presets);
+  /// returns the wrapped module names.
+  std::vector<std::string> apply_lora(const std::string& target_preset, int64_t rank, double alpha);
 
   /// Mean-squared flow-matching loss of `batch` (tensors already on the model's device).
   /// Draws noise and sigmas from `generator` in a fixed order (noise, then sigmas), so a run is
@@ -106,7 +98,7 @@ class REMAT_API Transformer {
   /// A random batch shaped as the family's latent cache (float32 on `device`): `batch` samples
   /// of `image_tokens` packed image tokens (Flux: latents (B, C, 2r, 2c) with r x c = image_tokens
   /// the most square grid) and `text_tokens` text embeddings (B, text_tokens, J), pooled (B, P).
-  /// For benchmarks and profiling. Throws std::invalid_argument for counts < 1.
+  /// For benchmarks and profiling. Throws c10::ValueError for counts < 1.
   virtual Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
                                 at::Generator& generator, const at::Device& device) = 0;
 
@@ -114,8 +106,9 @@ class REMAT_API Transformer {
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
 };
 
-/// Builds the transformer of `spec` on `device` (float32 weights), loading `spec.weights`
-/// strictly when given. Throws std::invalid_argument / c10::Error naming what is wrong.
+/// Builds the transformer of `spec` on `device` (float32 weights) through its family's
+/// descriptor, loading `spec.weights` strictly when given. Throws c10::ValueError naming what
+/// is wrong (an unknown family or preset, a bad config.json or weights file).
 REMAT_API std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec,
                                                         const at::Device& device);
 

@@ -55,6 +55,7 @@
 
 #include "plan/cost_model_impl.h"
 #include "remat/memory.h"
+#include "remat/error.h"
 #include "remat/plan.h"
 
 namespace remat {
@@ -312,7 +313,7 @@ std::string explain(const Chain& chain, const PlanResult& result, const PlannerO
 PlanResult plan_layout(const Chain& chain, int64_t budget_bytes, const PlannerOptions& options) {
   validate_chain(chain);
   if (budget_bytes <= 0) {
-    throw std::invalid_argument("[plan_layout] budget_bytes must be > 0, got " +
+    throw_value_error("[plan_layout] budget_bytes must be > 0, got " +
                                 std::to_string(budget_bytes));
   }
   PlanResult result;

@@ -63,12 +63,15 @@
 #include <stdexcept>
 
 #include "plan/cost_model_impl.h"
+#include "remat/saved_inputs.h"
+
+#include "remat/error.h"
 
 namespace remat {
 namespace detail {
 namespace {
 
-[[noreturn]] void invalid(const std::string& message) { throw std::invalid_argument(message); }
+[[noreturn]] void invalid(const std::string& message) { throw_value_error(message); }
 
 void check_non_negative(int64_t value, size_t block, const char* name) {
   if (value < 0) {
@@ -97,8 +100,15 @@ int64_t state_grad_bytes(const Chain& chain, int64_t k) {
   return k < n ? chain.blocks[k].boundary_grad_bytes : chain.blocks[n - 1].output_grad_bytes;
 }
 
+// What a checkpointed segment's saved inputs cost is its saved-input policy's to say.
+const SavedInputPolicy* policy_of(BlockMode mode) {
+  if (mode == BlockMode::Keep) return nullptr;
+  return &saved_input_policy(mode == BlockMode::Offload ? Backend::Offload : Backend::Recompute);
+}
+
 bool moves_to_host(const Chain& chain, BlockMode mode) {
-  return mode == BlockMode::Offload && chain.offload_to_host;
+  const SavedInputPolicy* policy = policy_of(mode);
+  return policy != nullptr && policy->bytes_moved(1, chain.offload_to_host) > 0;
 }
 
 void validate_layout_for_chain(const Chain& chain, const Layout& layout) {
@@ -125,8 +135,10 @@ double segment_time(const Chain& chain, const Segment& segment, double* recomput
   const double recompute = segment.mode == BlockMode::Keep ? 0.0 : forward;
   double transfer = 0.0;
   if (moves_to_host(chain, segment.mode)) {
-    const double copy = static_cast<double>(state_bytes(chain, segment.begin)) /
-                        chain.host_bandwidth_bytes_per_s;
+    // One direction's copy overlaps the forward pass, the other the recomputation and backward.
+    const int64_t moved = policy_of(segment.mode)->bytes_moved(state_bytes(chain, segment.begin),
+                                                               chain.offload_to_host);
+    const double copy = static_cast<double>(moved) / 2.0 / chain.host_bandwidth_bytes_per_s;
     transfer = std::max(0.0, copy - forward) + std::max(0.0, copy - (recompute + backward));
   }
   if (recompute_s != nullptr) *recompute_s += recompute;

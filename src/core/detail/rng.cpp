@@ -1,12 +1,10 @@
-#include "detail/rng_autocast.h"
+#include "detail/rng.h"
 
 #include <algorithm>
 #include <mutex>
 
 #include <ATen/Context.h>
-#include <ATen/autocast_mode.h>
 
-#include "remat/compat.h"
 
 namespace remat::detail {
 namespace {
@@ -56,41 +54,5 @@ RngFork::RngFork(const RngSnapshot& snapshot) {
 }
 
 RngFork::~RngFork() { saved_.restore(); }
-
-AutocastSnapshot AutocastSnapshot::capture() {
-  AutocastSnapshot s;
-  s.cpu_enabled = compat::autocast_enabled(c10::DeviceType::CPU);
-  s.cpu_dtype = compat::autocast_dtype(c10::DeviceType::CPU);
-  s.cuda_enabled = compat::autocast_enabled(c10::DeviceType::CUDA);
-  s.cuda_dtype = compat::autocast_dtype(c10::DeviceType::CUDA);
-  s.cache_enabled = at::autocast::is_autocast_cache_enabled();
-  return s;
-}
-
-namespace {
-void apply(const AutocastSnapshot& s) {
-  compat::set_autocast_enabled(c10::DeviceType::CPU, s.cpu_enabled);
-  compat::set_autocast_dtype(c10::DeviceType::CPU, s.cpu_dtype);
-  compat::set_autocast_enabled(c10::DeviceType::CUDA, s.cuda_enabled);
-  compat::set_autocast_dtype(c10::DeviceType::CUDA, s.cuda_dtype);
-  at::autocast::set_autocast_cache_enabled(s.cache_enabled);
-}
-}  // namespace
-
-AutocastGuard::AutocastGuard(const AutocastSnapshot& snapshot)
-    : previous_(AutocastSnapshot::capture()) {
-  apply(snapshot);
-  if (snapshot.any_enabled()) {
-    at::autocast::increment_nesting();
-    nested_ = true;
-  }
-}
-
-AutocastGuard::~AutocastGuard() {
-  if (nested_ && at::autocast::decrement_nesting() == 0) {
-    at::autocast::clear_cache();
-  }
-  apply(previous_);
-}
 
 }  // namespace remat::detail

@@ -8,6 +8,7 @@
 //   scale by 1), so it is consumed and freed as in a chain; the caller's own gradient tensor is
 //   live throughout and so part of the baseline.
 #include "remat/profile.h"
+#include "remat/error.h"
 
 #include <algorithm>
 #include <chrono>
@@ -21,7 +22,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "remat/memory.h"
-#include "detail/stats.h"
+#include "remat/stats.h"
 
 namespace remat {
 namespace {
@@ -153,18 +154,18 @@ int64_t checkpoint_overhead_bytes(c10::Device device) {
 
 BlockCost profile_block(const SegmentFn& block, const Tensors& state, const std::string& kind,
                         const ProfileOptions& options) {
-  if (!block) throw std::invalid_argument("[profile_block] block must be callable, got an empty function");
+  if (!block) throw_value_error("[profile_block] block must be callable, got an empty function");
   if (options.warmup < 0) {
-    throw std::invalid_argument("[profile_block] warmup must be >= 0, got " +
+    throw_value_error("[profile_block] warmup must be >= 0, got " +
                                 std::to_string(options.warmup));
   }
   if (options.repeats < 1) {
-    throw std::invalid_argument("[profile_block] repeats must be >= 1, got " +
+    throw_value_error("[profile_block] repeats must be >= 1, got " +
                                 std::to_string(options.repeats));
   }
   const auto first = std::find_if(state.begin(), state.end(), [](const at::Tensor& t) { return t.defined(); });
   if (first == state.end()) {
-    throw std::invalid_argument("[profile_block] state must hold at least one defined tensor, got " +
+    throw_value_error("[profile_block] state must hold at least one defined tensor, got " +
                                 std::to_string(state.size()) + " undefined");
   }
   const c10::Device device = first->device();
@@ -191,15 +192,15 @@ BlockCost profile_block(const SegmentFn& block, const Tensors& state, const std:
     cost.parameter_grad_bytes = std::max(cost.parameter_grad_bytes, c.parameter_grad_bytes);
   }
   cost.kind = kind;
-  cost.forward_s = detail::median(forward_s);
-  cost.backward_s = detail::median(backward_s);
+  cost.forward_s = median(forward_s);
+  cost.backward_s = median(backward_s);
   return cost;
 }
 
 BlockCost profile_block(const RunBlock& run_block, int64_t block_index, const Tensors& state,
                         const std::string& kind, const ProfileOptions& options) {
   if (!run_block) {
-    throw std::invalid_argument("[profile_block] run_block must be callable, got an empty function");
+    throw_value_error("[profile_block] run_block must be callable, got an empty function");
   }
   return profile_block([&run_block, block_index](const Tensors& s) { return run_block(block_index, s); },
                        state, kind, options);

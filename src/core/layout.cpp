@@ -1,4 +1,5 @@
 #include "remat/layout.h"
+#include "remat/error.h"
 
 #include <memory>
 #include <sstream>
@@ -38,7 +39,7 @@ int64_t Layout::num_checkpoints() const {
 
 Layout layout_keep_all(int64_t num_blocks) {
   if (num_blocks < 0) {
-    throw std::invalid_argument("[Layout] num_blocks must be >= 0, got " + std::to_string(num_blocks));
+    throw_value_error("[Layout] num_blocks must be >= 0, got " + std::to_string(num_blocks));
   }
   Layout layout;
   if (num_blocks > 0) layout.segments.push_back({0, num_blocks, BlockMode::Keep});
@@ -66,14 +67,14 @@ void validate_layout(const Layout& layout, int64_t num_blocks) {
       std::ostringstream msg;
       msg << "[Layout] segment " << i << " must cover blocks [" << expected_begin
           << ", end > begin), got [" << s.begin << ", " << s.end << ")";
-      throw std::invalid_argument(msg.str());
+      throw_value_error(msg.str());
     }
     expected_begin = s.end;
   }
   if (expected_begin != num_blocks) {
     std::ostringstream msg;
     msg << "[Layout] segments must cover " << num_blocks << " blocks, got " << expected_begin;
-    throw std::invalid_argument(msg.str());
+    throw_value_error(msg.str());
   }
 }
 
@@ -93,7 +94,7 @@ std::string describe_layout(const Layout& layout) {
 Tensors run_layout(const Layout& layout, Tensors state, const RunBlock& run_block,
                    bool preserve_rng_state) {
   validate_layout(layout, layout.num_blocks());
-  if (!run_block) throw std::invalid_argument("[run_layout] run_block is empty");
+  if (!run_block) throw_value_error("[run_layout] run_block is empty");
   auto block = std::make_shared<const RunBlock>(run_block);
   const auto run_range = [block](int64_t begin, int64_t end, Tensors current) {
     return detail::run_blocks(*block, begin, end, std::move(current), "run_layout");

@@ -17,7 +17,7 @@ int64_t state_grad_bytes(const Chain& chain, int64_t k);
 /// Whether a segment of this mode moves its input off the device (Offload with state on CUDA).
 bool moves_to_host(const Chain& chain, BlockMode mode);
 
-/// Throws std::invalid_argument if `layout` does not cover the chain's blocks or a segment
+/// Throws c10::ValueError if `layout` does not cover the chain's blocks or a segment
 /// crosses a forced boundary.
 void validate_layout_for_chain(const Chain& chain, const Layout& layout);
 

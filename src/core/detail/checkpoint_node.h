@@ -8,7 +8,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include "detail/offload.h"
-#include "detail/rng_autocast.h"
+#include "detail/rng.h"
 #include "remat/checkpoint.h"
 
 namespace remat::detail {

@@ -7,6 +7,7 @@
 
 #include "detail/run_blocks.h"
 #include "remat/checkpoint.h"
+#include "remat/error.h"
 
 namespace remat {
 namespace {
@@ -15,15 +16,15 @@ constexpr const char* kComponent = "checkpoint_sequential_state";
 
 void validate(int64_t num_blocks, int64_t segment_size, std::optional<int64_t> segment_stride) {
   if (num_blocks < 0) {
-    throw std::invalid_argument("[checkpoint_sequential_state] num_blocks must be >= 0, got " +
+    throw_value_error("[checkpoint_sequential_state] num_blocks must be >= 0, got " +
                                 std::to_string(num_blocks));
   }
   if (segment_size < 1) {
-    throw std::invalid_argument("[checkpoint_sequential_state] segment_size must be >= 1, got " +
+    throw_value_error("[checkpoint_sequential_state] segment_size must be >= 1, got " +
                                 std::to_string(segment_size));
   }
   if (segment_stride && *segment_stride < segment_size) {
-    throw std::invalid_argument(
+    throw_value_error(
         "[checkpoint_sequential_state] segment_stride must be >= segment_size (" +
         std::to_string(segment_size) + "), got " + std::to_string(*segment_stride));
   }
@@ -47,9 +48,9 @@ Tensors checkpoint_sequential_state(int64_t num_blocks, int64_t segment_size, Te
                                     const RunBlock& run_block, const CheckpointFn& checkpoint_fn,
                                     std::optional<int64_t> segment_stride) {
   const auto windows = segment_windows(num_blocks, segment_size, segment_stride);
-  if (!run_block) throw std::invalid_argument("[checkpoint_sequential_state] run_block is empty");
+  if (!run_block) throw_value_error("[checkpoint_sequential_state] run_block is empty");
   if (!checkpoint_fn) {
-    throw std::invalid_argument("[checkpoint_sequential_state] checkpoint_fn is empty");
+    throw_value_error("[checkpoint_sequential_state] checkpoint_fn is empty");
   }
   // Each segment closure is kept by its checkpoint until backward, so it owns a copy of
   // run_block (shared by all segments) rather than a reference to the caller's.

@@ -1,10 +1,11 @@
 #pragma once
-// Small statistics shared by the profiler, the benchmark and run reporting.
+/// \file
+/// Small statistics shared by the profiler, the benchmark and run reporting.
 
 #include <algorithm>
 #include <vector>
 
-namespace remat::detail {
+namespace remat {
 
 /// The median of `values` (the mean of the two middle values for an even count); 0 when empty.
 inline double median(std::vector<double> values) {
@@ -14,4 +15,4 @@ inline double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
 }
 
-}  // namespace remat::detail
+}  // namespace remat

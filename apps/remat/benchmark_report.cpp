@@ -13,9 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/memory.h"
-#include "remat/train/benchmark.h"
+#include "benchmark_report.h"
 
-namespace remat::train {
+namespace remat::cli {
+using namespace remat::train;
 namespace {
 
 std::string fixed(double value, int digits) {
@@ -194,4 +195,4 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   }
 }
 
-}  // namespace remat::train
+}  // namespace remat::cli

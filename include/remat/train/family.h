@@ -1,0 +1,93 @@
+#pragma once
+/// \file
+/// The model-family registry. A model family is everything remat knows about one architecture,
+/// in one descriptor registered from one file (src/train/families/<name>.cpp): its name and
+/// presets, its latent-cache layout, its checkpointing capabilities and block stacks, its LoRA
+/// targets, its own options, and how to build the transformer. Options, validation, docs,
+/// `remat options --json`, the safety check, data loading, `make-demo-data`, `remat bench` and
+/// LoRA targeting all read it; nothing else names a family. docs/ARCHITECTURE.md lists what a
+/// family provides and how to add one.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "remat/export.h"
+#include "remat/train/data.h"
+
+namespace remat::train {
+
+class Transformer;
+struct TransformerSpec;
+struct TrainConfig;
+struct OptionSpec;
+
+/// What a family's transformer supports for gradient checkpointing.
+struct CheckpointingCapabilities {
+  bool interval = false;        ///< contiguous chunks of N blocks (gradient_checkpointing_interval)
+  bool segment_stride = false;  ///< chunks starting every S blocks (..._segment_stride)
+  bool ffn_scope = false;       ///< "-ffn" backends: checkpoint only the feed-forward half
+  /// The block stacks in execution order (Flux: "double blocks", "single blocks"); each stack
+  /// start is a forced segment boundary and windows restart at 0 in each.
+  std::vector<std::string> stacks;
+};
+
+/// The widths of a flavour's text conditioning: what a latent cache for it must hold.
+struct ConditioningWidths {
+  int64_t text = 0;    ///< D of prompt_embeds
+  int64_t pooled = 0;  ///< P of pooled_prompt_embeds (0: none)
+};
+
+struct ModelFamily {
+  /// The model_family value ("flux").
+  std::string name;
+  /// For people ("Flux.1").
+  std::string display_name;
+  /// The presets of model_flavour, published sizes first.
+  std::vector<std::string> flavours;
+  /// The flavour when model_flavour is unset (the published model).
+  std::string default_flavour;
+  /// A small flavour for commands that build a model to try something (`remat init`).
+  std::string small_flavour;
+  /// What its latent cache holds.
+  LatentLayout latents;
+  CheckpointingCapabilities checkpointing;
+  /// LoRA target presets (the first is the default) and the modules each one wraps.
+  std::vector<std::string> lora_target_presets;
+  std::function<std::vector<std::string>(const std::string& preset)> lora_target_modules;
+  /// The LoRA target preset a run uses (Flux: its flux_lora_target option). Default: the first.
+  std::function<std::string(const TrainConfig&)> lora_target_of;
+  /// Options only this family has (Flux: flux_lora_target, flux_guidance_value). They join the
+  /// registry of remat/train/options.h, each bound to a TrainConfig field.
+  std::function<std::vector<OptionSpec>()> options;
+  /// Builds the transformer (float32 weights on `device`, spec.weights loaded strictly).
+  std::function<std::unique_ptr<Transformer>(const TransformerSpec&, const c10::Device&)> build;
+  /// The conditioning widths of a flavour or config.json (for demo data that fits the model).
+  std::function<ConditioningWidths(const TransformerSpec&)> conditioning;
+
+  /// The LoRA target preset of `config`.
+  std::string lora_target(const TrainConfig& config) const;
+};
+
+/// Adds `family` to the registry (replacing one of the same name). Register families before
+/// options are read or models built: the registry is not synchronised against concurrent use.
+/// Throws c10::ValueError when a required field (name, flavours, build) is missing.
+REMAT_API void register_family(ModelFamily family);
+
+/// The family named `name`; throws c10::ValueError listing the registered names.
+REMAT_API const ModelFamily& model_family(const std::string& name);
+/// The family named `name`, or nullptr.
+REMAT_API const ModelFamily* find_model_family(const std::string& name);
+/// Every registered name, in registration order (the built-in ones first).
+REMAT_API std::vector<std::string> model_family_names();
+/// Every registered family, in registration order.
+REMAT_API std::vector<const ModelFamily*> model_families();
+/// Incremented by every registration: lets caches of derived tables (the options registry)
+/// notice a new family.
+REMAT_API uint64_t model_family_generation();
+
+}  // namespace remat::train

@@ -1,0 +1,11 @@
+#include "remat/error.h"
+
+#include <c10/util/Exception.h>
+
+namespace remat {
+
+void throw_value_error(const std::string& message) {
+  throw c10::ValueError(message, /*backtrace=*/"");
+}
+
+}  // namespace remat

@@ -1,0 +1,194 @@
+// The Flux.1 family (MODELS.md §1): its descriptor, its options and its adapter to
+// remat::train::Transformer, which owns Flux's batch layout (2x2-packed latents with position ids,
+// T5 states and CLIP's pooled embedding, a guidance input for the guidance-distilled models).
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "remat/train/family.h"
+#include "remat/train/schedule.h"
+#include "remat/train/transformer.h"
+#include "option_builder.h"
+#include "transformer_support.h"
+
+namespace remat::train::families {
+namespace {
+
+using namespace support;
+
+const char* const kName = "flux";
+
+models::FluxConfig config_of(const TransformerSpec& spec) {
+  return spec.config_json ? models::FluxConfig::from_json(*spec.config_json)
+                          : models::FluxConfig::preset(spec.preset);
+}
+
+class FluxTransformer final : public Transformer {
+ public:
+  FluxTransformer(const TransformerSpec& spec, const at::Device& device)
+      : model_(config_of(spec)) {
+    load_weights(*model_, spec.weights);
+    model_->to(device);
+  }
+
+  std::string family() const override { return kName; }
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<int64_t> stack_sizes() const override {
+    return {model_->config().num_layers, model_->config().num_single_layers};
+  }
+
+  void set_checkpoint_plan(const CheckpointPlan& plan) override { model_->set_checkpoint_plan(plan); }
+
+  // Model inputs of a batch: x0 packed (B, N_i, 4C), ids, and the text conditioning.
+  struct Inputs {
+    at::Tensor x0, prompt_embeds, pooled, img_ids, txt_ids;
+  };
+  Inputs inputs_of(const Batch& batch) const {
+    TORCH_CHECK_VALUE(batch.pooled_prompt_embeds.defined(),
+                      "[flux] batches need pooled_prompt_embeds (a Flux latent cache)");
+    const int64_t h = batch.latents.size(2), w = batch.latents.size(3);
+    const auto device = batch.latents.device();
+    return {models::flux_pack_latents(batch.latents), batch.prompt_embeds, batch.pooled_prompt_embeds,
+            models::flux_image_ids(h / 2, w / 2).to(device),
+            models::flux_text_ids(batch.prompt_embeds.size(1)).to(device)};
+  }
+
+  at::Tensor flow_matching_loss(const Batch& batch, const FlowMatchingOptions& options,
+                                at::Generator& generator) override {
+    const Inputs in = inputs_of(batch);
+    const int64_t B = in.x0.size(0);
+    // Noise and sigmas come from the trainer's CPU generator (reproducible on any device).
+    const at::Tensor noise =
+        at::randn(in.x0.sizes(), generator, at::TensorOptions().dtype(at::kFloat)).to(in.x0.device());
+    const at::Tensor sigmas = sample_sigmas(B, sampling_of(options), options.sigmoid_scale,
+                                            options.shift, generator)
+                                  .to(in.x0.device());
+    const auto [x_t, target] = flow_matching_pair(in.x0, noise, sigmas);
+    std::optional<at::Tensor> guidance;
+    if (model_->config().guidance_embeds) {
+      guidance = at::full({B}, options.guidance_value, sigmas.options());
+    }
+    const at::Tensor prediction =
+        model_->forward(x_t, in.prompt_embeds, in.pooled, sigmas, in.img_ids, in.txt_ids, guidance);
+    return at::mse_loss(prediction.to(at::kFloat), target.to(at::kFloat));
+  }
+
+  at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) override {
+    const bool guided = model_->config().guidance_embeds;
+    std::vector<std::string> expected{"hidden_states", "encoder_hidden_states", "pooled_projections",
+                                      "timestep", "img_ids", "txt_ids"};
+    if (guided) expected.push_back("guidance");
+    const auto get = check_named_inputs(inputs, expected, kName);
+    return model_->forward(get("hidden_states"), get("encoder_hidden_states"),
+                           get("pooled_projections"), get("timestep"), get("img_ids"),
+                           get("txt_ids"), guided ? std::optional<at::Tensor>(get("guidance")) : std::nullopt);
+  }
+
+  Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
+                        at::Generator& generator, const at::Device& device) override {
+    check_synthetic_counts(kName, batch, image_tokens, text_tokens);
+    const auto& config = model_->config();
+    const int64_t rows = squarest_rows(image_tokens), cols = image_tokens / rows;
+    TORCH_CHECK_VALUE(config.in_channels % 4 == 0, "[flux] in_channels must be a multiple of 4 "
+                      "(2x2-packed latents), got ", config.in_channels);
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    Batch out;
+    out.latents = at::randn({batch, config.in_channels / 4, 2 * rows, 2 * cols}, generator, f32).to(device);
+    out.prompt_embeds = at::randn({batch, text_tokens, config.joint_attention_dim}, generator, f32).to(device);
+    out.pooled_prompt_embeds = at::randn({batch, config.pooled_projection_dim}, generator, f32).to(device);
+    for (int64_t i = 0; i < batch; ++i) out.indices.push_back(i);
+    return out;
+  }
+
+  void set_stage_observer(StageObserver observer) override {
+    model_->set_stage_observer(std::move(observer));
+  }
+
+  std::vector<BlockProbe> block_probes(const Batch& batch, std::optional<Backend> ffn) override {
+    const Inputs in = inputs_of(batch);
+    const auto& config = model_->config();
+    const int64_t B = in.x0.size(0), n_img = in.x0.size(1), n_txt = in.prompt_embeds.size(1);
+    const auto options = in.x0.options().dtype(model_->x_embedder->weight.scalar_type());
+    const auto state = [&](int64_t n) {
+      return torch::randn({B, n, config.hidden_size()}, options).requires_grad_(true);
+    };
+    at::Tensor temb = torch::randn({B, config.hidden_size()}, options);
+    if (model_->time_text_embed && any_requires_grad(*model_->time_text_embed)) temb.requires_grad_(true);
+    const models::RotaryTables rope = models::flux_rope_tables(
+        at::cat({in.txt_ids, in.img_ids}, 0), config.axes_dims_rope);
+    std::vector<BlockProbe> probes;
+    if (config.num_layers > 0) {
+      auto block = model_->transformer_blocks.front();
+      probes.push_back({"flux-double",
+                        [block, temb, rope, ffn](int64_t, const Tensors& s) -> Tensors {
+                          auto [c, x] = block.ptr()->forward(s[0], s[1], temb, rope, ffn);
+                          return {x, c};
+                        },
+                        {state(n_img), state(n_txt)},
+                        trainable(*block)});
+    }
+    if (config.num_single_layers > 0) {
+      auto block = model_->single_transformer_blocks.front();
+      probes.push_back({"flux-single",
+                        [block, temb, rope, ffn](int64_t, const Tensors& s) -> Tensors {
+                          return {block.ptr()->forward(s[0], temb, rope, ffn)};
+                        },
+                        {state(n_txt + n_img)},
+                        trainable(*block)});
+    }
+    return probes;
+  }
+
+ private:
+  models::Flux model_;
+};
+
+std::vector<OptionSpec> flux_options() {
+  std::vector<OptionSpec> rows;
+  rows.push_back(Opt("LoRA", "flux_lora_target", OptionType::Choice, bind(&TrainConfig::flux_lora_target),
+                     "Which layers to train in Flux models")
+                     .choices(models::flux_lora_target_preset_names())
+                     .depends("model_type", "lora").depends("model_family", kName)
+                     .tooltip("'all' trains all attention layers. 'context' only trains text layers. "
+                              "'+ffs' includes feed-forward layers.")
+                     .done());
+  rows.push_back(Opt("Flow matching", "flux_guidance_value", OptionType::Float,
+                     bind(&TrainConfig::flux_guidance_value),
+                     "Guidance value fed to guidance-distilled Flux models (flux-dev) during training")
+                     .min(0)
+                     .tooltip("SimpleTuner trains dev with 1.0 (no distilled guidance); ignored by models "
+                              "without a guidance embedder (schnell).")
+                     .done());
+  return rows;
+}
+
+}  // namespace
+
+void register_family_flux() {
+  ModelFamily f;
+  f.name = kName;
+  f.display_name = "Flux.1";
+  f.flavours = models::FluxConfig::preset_names();
+  f.default_flavour = "flux-dev";
+  f.small_flavour = "flux-tiny";
+  f.latents = LatentLayout{kName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
+                           /*variable_text_length=*/false};
+  f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
+                     {"double blocks", "single blocks"}};
+  f.lora_target_presets = models::flux_lora_target_preset_names();
+  f.lora_target_modules = models::flux_lora_target_modules;
+  f.lora_target_of = [](const TrainConfig& config) { return config.flux_lora_target; };
+  f.options = flux_options;
+  f.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {
+    return std::make_unique<FluxTransformer>(spec, device);
+  };
+  f.conditioning = [](const TransformerSpec& spec) {
+    const auto config = config_of(spec);
+    return ConditioningWidths{config.joint_attention_dim, config.pooled_projection_dim};
+  };
+  register_family(std::move(f));
+}
+
+}  // namespace remat::train::families

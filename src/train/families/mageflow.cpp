@@ -1,0 +1,161 @@
+// The MageFlow family (MODELS.md §2): its descriptor and its adapter to
+// remat::train::Transformer, which owns MageFlow's batch layout (packed variable-length samples).
+#include <torch/torch.h>
+
+#include "remat/models/lora.h"
+#include "remat/models/mageflow.h"
+#include "remat/train/family.h"
+#include "remat/train/schedule.h"
+#include "remat/train/transformer.h"
+#include "transformer_support.h"
+
+namespace remat::train::families {
+namespace {
+
+using namespace support;
+
+const char* const kName = "mageflow";
+
+models::MageFlowConfig config_of(const TransformerSpec& spec) {
+  return spec.config_json ? models::MageFlowConfig::from_json(*spec.config_json)
+                          : models::MageFlowConfig::preset(spec.preset);
+}
+
+// MageFlow trains on packed batches: the B samples of a batch are concatenated along the token
+// axis (batch dimension 1), delimited by cu_seqlens; attention stays within each sample.
+class MageFlowTransformer final : public Transformer {
+ public:
+  MageFlowTransformer(const TransformerSpec& spec, const at::Device& device)
+      : model_(config_of(spec)) {
+    load_weights(*model_, spec.weights);
+    model_->to(device);
+  }
+
+  std::string family() const override { return kName; }
+  torch::nn::Module& module() override { return *model_; }
+  std::vector<int64_t> stack_sizes() const override { return {model_->config().depth}; }
+
+  void set_checkpoint_plan(const CheckpointPlan& plan) override { model_->set_checkpoint_plan(plan); }
+
+  struct Packed {
+    at::Tensor x0, txt, img_cu, txt_cu;  // x0 (1, B*H*W, C), txt (1, B*L, D)
+    std::vector<models::ImageShape> shapes;
+  };
+  static Packed pack(const Batch& batch) {
+    const int64_t B = batch.latents.size(0), C = batch.latents.size(1);
+    const int64_t h = batch.latents.size(2), w = batch.latents.size(3), L = batch.prompt_embeds.size(1);
+    Packed p;
+    // Per sample (C, h, w) -> (h*w, C), row-major tokens, samples back to back.
+    p.x0 = batch.latents.permute({0, 2, 3, 1}).reshape({1, B * h * w, C});
+    p.txt = batch.prompt_embeds.reshape({1, B * L, batch.prompt_embeds.size(2)});
+    const auto int_options = at::TensorOptions().dtype(at::kInt);
+    p.img_cu = at::arange(0, (B + 1) * h * w, h * w, int_options);
+    p.txt_cu = at::arange(0, (B + 1) * L, L, int_options);
+    p.shapes.assign(static_cast<size_t>(B), models::ImageShape{1, h, w});
+    return p;
+  }
+
+  at::Tensor flow_matching_loss(const Batch& batch, const FlowMatchingOptions& options,
+                                at::Generator& generator) override {
+    const Packed p = pack(batch);
+    const int64_t B = batch.latents.size(0), per_sample = p.x0.size(1) / B;
+    const auto device = p.x0.device();
+    const at::Tensor noise =
+        at::randn(p.x0.sizes(), generator, at::TensorOptions().dtype(at::kFloat)).to(device);
+    const at::Tensor sigmas = sample_sigmas(B, sampling_of(options), options.sigmoid_scale,
+                                            options.shift, generator)
+                                  .to(device);
+    // Per-token sigma: each sample's tokens share its sigma.
+    const at::Tensor token_sigmas = sigmas.repeat_interleave(per_sample);
+    const auto [x_t, target] = flow_matching_pair(p.x0.squeeze(0), noise.squeeze(0), token_sigmas);
+    const at::Tensor prediction =
+        model_->forward(x_t.unsqueeze(0), p.txt, sigmas, p.shapes, p.img_cu.to(device), p.txt_cu.to(device));
+    return at::mse_loss(prediction.squeeze(0).to(at::kFloat), target.to(at::kFloat));
+  }
+
+  at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) override {
+    const auto get = check_named_inputs(
+        inputs, {"img", "txt", "timesteps", "img_shapes", "img_cu_seqlens", "txt_cu_seqlens"},
+        kName, {"img_shapes", "img_cu_seqlens", "txt_cu_seqlens"});
+    const at::Tensor shapes = get("img_shapes").to(at::kLong);
+    TORCH_CHECK_VALUE(shapes.dim() == 2 && shapes.size(1) == 3,
+                      "[mageflow] img_shapes must be (num_images, 3) of (frames, h, w), got shape ",
+                      shapes.sizes());
+    std::vector<models::ImageShape> img_shapes;
+    for (int64_t i = 0; i < shapes.size(0); ++i) {
+      img_shapes.push_back({shapes[i][0].item<int64_t>(), shapes[i][1].item<int64_t>(),
+                            shapes[i][2].item<int64_t>()});
+    }
+    return model_->forward(get("img"), get("txt"), get("timesteps"), img_shapes,
+                           get("img_cu_seqlens"), get("txt_cu_seqlens"));
+  }
+
+  void set_stage_observer(StageObserver observer) override {
+    model_->set_stage_observer(std::move(observer));
+  }
+
+  Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
+                        at::Generator& generator, const at::Device& device) override {
+    check_synthetic_counts(kName, batch, image_tokens, text_tokens);
+    const auto& config = model_->config();
+    const int64_t rows = squarest_rows(image_tokens);  // one latent pixel is one token
+    const auto f32 = at::TensorOptions().dtype(at::kFloat);
+    Batch out;
+    out.latents = at::randn({batch, config.in_channels, rows, image_tokens / rows}, generator, f32).to(device);
+    out.prompt_embeds = at::randn({batch, text_tokens, config.context_in_dim}, generator, f32).to(device);
+    for (int64_t i = 0; i < batch; ++i) out.indices.push_back(i);
+    return out;
+  }
+
+  std::vector<BlockProbe> block_probes(const Batch& batch, std::optional<Backend> ffn) override {
+    const auto& config = model_->config();
+    if (config.depth == 0) return {};
+    const Packed p = pack(batch);
+    const auto device = p.x0.device();
+    const auto options = p.x0.options().dtype(model_->img_in->weight.scalar_type());
+    const int64_t B = batch.latents.size(0);
+    at::Tensor temb = torch::randn({B, config.hidden_size}, options);
+    if (model_->time_text_embed && any_requires_grad(*model_->time_text_embed)) temb.requires_grad_(true);
+    models::RotaryTables rope = models::mageflow_rope_tables(p.shapes, config.axes_dim);
+    rope = {rope.cos.to(device), rope.sin.to(device)};
+    const models::PackedSamples samples =
+        models::PackedSamples::from_cu_seqlens(p.txt_cu, p.img_cu, device);
+    auto block = model_->transformer_blocks.front();
+    Tensors state{torch::randn({1, p.txt.size(1), config.hidden_size}, options).requires_grad_(true),
+                  torch::randn({1, p.x0.size(1), config.hidden_size}, options).requires_grad_(true)};
+    return {{"mageflow-block",
+             [block, temb, rope, samples, ffn](int64_t, const Tensors& s) -> Tensors {
+               auto [txt, img] = block.ptr()->forward(s[1], s[0], temb, rope, samples, ffn);
+               return {txt, img};
+             },
+             state, trainable(*block)}};
+  }
+
+ private:
+  models::MageFlow model_;
+};
+
+}  // namespace
+
+void register_family_mageflow() {
+  ModelFamily f;
+  f.name = kName;
+  f.display_name = "MageFlow";
+  f.flavours = models::MageFlowConfig::preset_names();
+  f.default_flavour = "mageflow-4b";
+  f.small_flavour = "mageflow-tiny";
+  f.latents = LatentLayout{kName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
+                           /*variable_text_length=*/true};
+  f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"}};
+  f.lora_target_presets = {"default"};
+  f.lora_target_modules = models::mageflow_lora_target_modules;
+  f.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {
+    return std::make_unique<MageFlowTransformer>(spec, device);
+  };
+  f.conditioning = [](const TransformerSpec& spec) {
+    return ConditioningWidths{config_of(spec).context_in_dim, 0};
+  };
+  register_family(std::move(f));
+}
+
+}  // namespace remat::train::families
