@@ -67,8 +67,10 @@ inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
 
 /// Softmax attention over (B, H, L, d) tensors with scale 1/sqrt(d) and an optional boolean mask
 /// (true = attend) broadcastable to (B, H, L, S). Uses the fused kernel where LibTorch has one
-/// (flash / memory-efficient attention on CUDA saves no L x S matrix); on 1.13 an equivalent
-/// composite that computes the scores in float32.
+/// (flash / memory-efficient attention on CUDA saves no L x S matrix); on 1.13 a composite: the
+/// scores and their scaling in the input dtype (rounded to bfloat16 for bfloat16 inputs, where
+/// the fused kernels accumulate in float32), the softmax in float32, the weights and the product
+/// with v in the input dtype again.
 inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& v,
                                                const c10::optional<at::Tensor>& mask = c10::nullopt) {

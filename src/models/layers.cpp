@@ -152,18 +152,19 @@ at::Tensor flux_timestep_projection(const at::Tensor& t, int64_t num_channels) {
 }
 
 at::Tensor mageflow_timestep_projection(const at::Tensor& t, int64_t num_channels,
-                                        at::ScalarType round_dtype) {
+                                        at::ScalarType dtype) {
   TORCH_CHECK_VALUE(num_channels >= 2 && num_channels % 2 == 0,
                     "[timestep] num_channels must be even and >= 2, got ", num_channels);
   TORCH_CHECK_VALUE(t.dim() == 1, "[timestep] timesteps must be 1-D (n), got shape ", t.sizes());
   const int64_t half = num_channels / 2;
   const auto opts = t.options().dtype(at::kFloat);
-  at::Tensor t_rounded = t.to(round_dtype);
-  // The vendored Timesteps casts its float32 table to the dtype of t, i.e. rounds it to bfloat16.
-  at::Tensor freq = at::exp(at::arange(half, opts) * (-std::log(10000.0) / static_cast<double>(half)))
-                        .to(round_dtype)
-                        .to(at::kFloat);
-  at::Tensor arg = (t_rounded.to(at::kFloat).unsqueeze(1) * freq.unsqueeze(0)) * 1000.0;
+  // Vendored mage_layers.get_timestep_embedding, called after MageFlow.forward's
+  // `timesteps.to(img.dtype)`: t and the float32 table are cast to the activation dtype, so both
+  // are rounded only in a bfloat16 / half model. The product takes t as float32 and promotes
+  // (float32, or float64 for a float64 table), as there.
+  at::Tensor freq =
+      at::exp(at::arange(half, opts) * (-std::log(10000.0) / static_cast<double>(half))).to(dtype);
+  at::Tensor arg = (t.to(dtype).to(at::kFloat).unsqueeze(1) * freq.unsqueeze(0)) * 1000.0;
   return at::cat({at::cos(arg), at::sin(arg)}, -1);
 }
 

@@ -306,8 +306,10 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
   at::Tensor x = img_in->forward(img);
   const auto dtype = x.scalar_type();
   at::Tensor c = txt_in->forward(txt_norm->forward(txt));
+  // The reference casts the timesteps to the dtype of img_in's output before the sinusoid (as Flux
+  // does): bfloat16 rounding in a bfloat16 model or under bfloat16 autocast, none in float32.
   const at::Tensor temb =
-      timestep_embedder->forward(mageflow_timestep_projection(timesteps, kTimeChannels).to(dtype));
+      timestep_embedder->forward(mageflow_timestep_projection(timesteps, kTimeChannels, dtype).to(dtype));
 
   const bool active_ckpt = checkpointing_.active(is_training());
   const bool layer_scope = active_ckpt && !checkpointing_.ffn_scope();

@@ -4,9 +4,9 @@
 #include <torch/torch.h>
 
 #include <cmath>
-#include <cstring>
 
 #include "models/model_test_util.h"
+#include "models/reference_ops.h"
 #include "remat/models/blocks.h"
 #include "remat/models/flux.h"
 #include "remat/models/layers.h"
@@ -20,17 +20,6 @@ class LayersTest : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(0); }
 };
-
-// float -> bfloat16 -> float with round-to-nearest-even on the upper 16 bits.
-double round_bf16(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  const uint32_t lsb = (bits >> 16) & 1u;
-  bits = (bits + 0x7FFFu + lsb) & 0xFFFF0000u;
-  float out;
-  std::memcpy(&out, &bits, 4);
-  return out;
-}
 
 TEST_F(LayersTest, FluxRopeTablesMatchFormula) {
   const std::vector<int64_t> axes = {4, 6, 6};
@@ -103,24 +92,22 @@ TEST_F(LayersTest, FluxTimestepProjectionMatchesFormula) {
   EXPECT_TRUE(close(emb, expected, 0, 2e-4));
 }
 
-TEST_F(LayersTest, MageFlowTimestepProjectionRoundsToBf16) {
+TEST_F(LayersTest, MageFlowTimestepProjectionRoundsInTheActivationDtype) {
   const auto sigma = torch::tensor({0.0f, 0.123456f, 0.5f, 0.987654f});
-  const auto emb = mageflow_timestep_projection(sigma, 256);
-  auto expected = torch::empty({4, 256}, torch::kFloat64);
-  auto ea = expected.accessor<double, 2>();
-  auto sa = sigma.accessor<float, 1>();
-  for (int64_t b = 0; b < 4; ++b) {
-    const double t = round_bf16(sa[b]);
-    for (int64_t k = 0; k < 128; ++k) {
-      const double freq = round_bf16(static_cast<float>(std::exp(-std::log(10000.0) * k / 128.0)));
-      const double arg = 1000.0 * t * freq;
-      ea[b][k] = std::cos(arg);
-      ea[b][128 + k] = std::sin(arg);
-    }
+  std::vector<double> values;
+  for (int64_t b = 0; b < 4; ++b) values.push_back(sigma[b].item<float>());
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16, torch::kFloat64}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    const auto emb = mageflow_timestep_projection(sigma, 256, dtype);
+    EXPECT_EQ(emb.scalar_type(), dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
+    // float32 frequencies and arguments up to 1000: absolute error ~1e-4.
+    EXPECT_TRUE(close(emb, test::reference::ref_mageflow_sinusoid(values, dtype), 0, 2e-4));
   }
-  EXPECT_TRUE(close(emb, expected, 0, 2e-4));
-  // Without the bf16 rounding the result is far off: the check above is sensitive to it.
-  EXPECT_FALSE(close(flux_timestep_projection(sigma * 1000, 256), expected, 0, 1e-2));
+  // bfloat16 rounding moves the result far beyond that: each check above is sensitive to it.
+  EXPECT_FALSE(close(mageflow_timestep_projection(sigma, 256, torch::kFloat32),
+                     test::reference::ref_mageflow_sinusoid(values, torch::kBFloat16), 0, 1e-2));
+  EXPECT_FALSE(close(mageflow_timestep_projection(sigma, 256, torch::kBFloat16),
+                     test::reference::ref_mageflow_sinusoid(values, torch::kFloat32), 0, 1e-2));
 }
 
 TEST_F(LayersTest, PackUnpackAndImageIds) {

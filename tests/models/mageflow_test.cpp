@@ -1,5 +1,6 @@
-// MageFlow: keys and counts, msrope tables, one block against plain-tensor references with
-// per-sample attention, isolation of packed samples, and every checkpoint mode (with skip_layers).
+// MageFlow: keys and counts, msrope tables, the out_channels default, the timestep dtype, one block
+// against plain-tensor references with per-sample attention, isolation of packed samples, and every
+// checkpoint mode (with skip_layers).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -7,8 +8,10 @@
 
 #include "models/model_test_util.h"
 #include "models/reference_ops.h"
+#include "remat/io/safetensors.h"
 #include "remat/models/lora.h"
 #include "remat/models/mageflow.h"
+#include "temp_dir.h"
 
 namespace remat::models {
 namespace {
@@ -104,6 +107,49 @@ TEST_F(MageFlowTest, MsropeTablesCentredWithFramePerImage) {
   // Centre token of image 0 (row 0 = index 2, col 0 = index 1): height and width lanes unrotated.
   EXPECT_TRUE(torch::equal(tables.cos[2 * 3 + 2].narrow(0, 4, 12), torch::ones({12})));
   EXPECT_THROW(mageflow_rope_tables({{2, 4, 4}}, axes), c10::Error);
+}
+
+TEST_F(MageFlowTest, OutChannelsDefaultsTo128WhateverInChannels) {
+  // SimpleTuner's wrapper defaults out_channels to 128 on its own, so a config.json that omits it
+  // has proj_out (patch^2 * 128, D) even with other in_channels, and its weights must load.
+  const auto config = MageFlowConfig::from_json(R"({"hidden_size": 64, "num_heads": 2, "depth": 1,
+    "axes_dim": [8, 12, 12], "in_channels": 16, "context_in_dim": 32, "patch_size": 2})");
+  EXPECT_FALSE(config.out_channels.has_value());
+  EXPECT_EQ(config.output_channels(), 128);
+  MageFlow model(config);
+  EXPECT_EQ(model->img_in->weight.sizes().vec(), (std::vector<int64_t>{64, 16}));
+  EXPECT_EQ(model->proj_out->weight.sizes().vec(), (std::vector<int64_t>{2 * 2 * 128, 64}));
+
+  // Weights shaped as the reference's for that config (out_channels 128 spelt out).
+  auto shaped = config;
+  shaped.out_channels = 128;
+  MageFlow source(shaped);
+  ASSERT_EQ(source->proj_out->weight.sizes().vec(), (std::vector<int64_t>{2 * 2 * 128, 64}));
+  remat::testing::TempDir dir("remat_mageflow");
+  io::save_module(dir / "transformer.safetensors", *source);
+  const auto report = io::load_state_dict_into(*model, dir / "transformer.safetensors");
+  EXPECT_TRUE(report.ok()) << report.describe();
+  EXPECT_TRUE(torch::equal(model->proj_out->weight, source->proj_out->weight));
+  EXPECT_EQ(parameter_count(config), parameter_count(shaped));
+}
+
+TEST_F(MageFlowTest, TimestepRoundedOnlyInABf16Model) {
+  // The reference casts sigma to the activation dtype before its sinusoid: a float32 model sees
+  // it unrounded, a bfloat16 model sees bf16(sigma), whatever dtype the timesteps come in.
+  torch::NoGradGuard no_grad;
+  MageFlow model(MageFlowConfig::preset("mageflow-tiny"));
+  model->eval();
+  const std::vector<ImageShape> shapes = {{1, 2, 3}};
+  const auto img = torch::randn({1, 6, 128}), txt = torch::randn({1, 4, 32});
+  const auto img_cu = torch::tensor({0, 6}, torch::kInt32), txt_cu = torch::tensor({0, 4}, torch::kInt32);
+  const auto sigma = torch::tensor({0.123456f});  // not a bfloat16 value
+  const auto sigma_bf16 = sigma.to(torch::kBFloat16).to(torch::kFloat32);
+  auto run = [&](const at::Tensor& t, at::ScalarType dtype) {
+    return model->forward(img.to(dtype), txt.to(dtype), t, shapes, img_cu, txt_cu);
+  };
+  EXPECT_FALSE(close(run(sigma, torch::kFloat32), run(sigma_bf16, torch::kFloat32), 1e-4, 1e-4));
+  model->to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(run(sigma, torch::kBFloat16), run(sigma_bf16, torch::kBFloat16)));
 }
 
 TEST_F(MageFlowTest, BlockMatchesReferenceWithPerSampleAttention) {

@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -80,6 +82,39 @@ inline at::Tensor ref_attention(const at::Tensor& q, const at::Tensor& k, const 
   scores = (scores - std::get<0>(scores.max(-1, true))).exp();
   const auto weights = scores / scores.sum(-1, true);
   return weights.matmul(vh).transpose(1, 2).flatten(-2);
+}
+
+// v cast to `dtype` and back: float32 and bfloat16 (round-to-nearest-even on the upper 16 bits of
+// the float32) are rounded, float64 is unchanged.
+inline double ref_round(double v, at::ScalarType dtype) {
+  if (dtype == torch::kFloat64) return v;
+  float f = static_cast<float>(v);
+  if (dtype == torch::kBFloat16) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    std::memcpy(&f, &bits, 4);
+  }
+  return f;
+}
+
+// MageFlow's timestep sinusoid (n, 256) for a model whose activations are `dtype`, as the vendored
+// code computes it (checked against it once, for float32 and bfloat16 models): sigma and the
+// float32 frequency table exp(-ln(10000) k / 128) cast to that dtype, sigma taken as float32 for
+// the product, arg = 1000 * sigma * freq, [cos | sin].
+inline at::Tensor ref_mageflow_sinusoid(const std::vector<double>& sigmas, at::ScalarType dtype) {
+  auto out = torch::empty({static_cast<int64_t>(sigmas.size()), 256}, torch::kFloat64);
+  auto a = out.accessor<double, 2>();
+  for (size_t b = 0; b < sigmas.size(); ++b) {
+    const double t = static_cast<float>(ref_round(sigmas[b], dtype));
+    for (int64_t k = 0; k < 128; ++k) {
+      const double freq = ref_round(static_cast<float>(std::exp(-std::log(10000.0) * k / 128.0)), dtype);
+      const double arg = 1000.0 * t * freq;
+      a[b][k] = std::cos(arg);
+      a[b][128 + k] = std::sin(arg);
+    }
+  }
+  return out;
 }
 
 inline std::map<std::string, at::Tensor> params_of(torch::nn::Module& m) {

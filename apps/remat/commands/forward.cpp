@@ -11,7 +11,7 @@ namespace remat::cli {
 namespace {
 
 int run_forward(const std::vector<std::string>& args) {
-  CLI::App app{"Run the forward pass in float32 on inputs named as the reference's arguments and "
+  CLI::App app{"Run the forward pass on inputs named as the reference's arguments and "
                "write the result as `sample`.",
                "remat forward"};
   ModelFlags model;
@@ -22,11 +22,17 @@ int run_forward(const std::vector<std::string>& args) {
                  "Input tensors (.safetensors). Flux: hidden_states, encoder_hidden_states, "
                  "pooled_projections, timestep, img_ids, txt_ids, guidance (dev)")->required();
   app.add_option("--output", output, "Output .safetensors file (key `sample`)")->required();
+  std::string dtype = "float32";
+  app.add_option("--dtype", dtype, "Model dtype: float32, or bfloat16 (weights cast after loading; "
+                                   "image and text inputs cast to it)")
+      ->check(CLI::IsMember({"float32", "bfloat16"}))
+      ->capture_default_str();
   if (auto code = parse_or_exit(app, args)) return *code;
 
   auto spec = model.spec();
   spec.weights = weights;
   auto transformer = train::make_transformer(spec, at::Device(at::kCPU));
+  if (dtype == "bfloat16") transformer->module().to(at::kBFloat16);
   transformer->module().eval();
 
   const auto file = io::SafetensorsFile::open(inputs_path);

@@ -169,10 +169,11 @@ TORCH_MODULE(AdaLayerNormContinuous);
 /// activation dtype before calling this). num_channels must be even.
 REMAT_API at::Tensor flux_timestep_projection(const at::Tensor& t, int64_t num_channels = 256);
 
-/// MageFlow's vendored variant (MODELS.md §2.3): t (n) is rounded to `round_dtype` (bfloat16 in the
-/// reference), the float32 frequency table is rounded to the same dtype, arg = 1000 *
-/// (float32(t) * float32(freq)), result [cos | sin], float32 (n, num_channels).
-REMAT_API at::Tensor mageflow_timestep_projection(const at::Tensor& t, int64_t num_channels = 256,
-                                                  at::ScalarType round_dtype = at::kBFloat16);
+/// MageFlow's vendored variant (MODELS.md §2.3): t (n) and the float32 frequency table are cast to
+/// `dtype`, the model's activation dtype (so rounded for a bfloat16 or half model, unchanged in a
+/// float32 one), arg = 1000 * (float32(t) * freq) in the promoted dtype, result [cos | sin]:
+/// (n, num_channels) float32, or float64 for a float64 `dtype`.
+REMAT_API at::Tensor mageflow_timestep_projection(const at::Tensor& t, int64_t num_channels,
+                                                  at::ScalarType dtype);
 
 }  // namespace remat::models

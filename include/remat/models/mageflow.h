@@ -32,12 +32,17 @@ struct REMAT_API MageFlowConfig {
   int64_t depth = 12;
   std::vector<int64_t> axes_dim = {16, 56, 56};
   int64_t in_channels = 128;
-  std::optional<int64_t> out_channels;  ///< nullopt = in_channels
+  std::optional<int64_t> out_channels;  ///< nullopt = kDefaultOutChannels, whatever in_channels is
   int64_t context_in_dim = 2560;
   int64_t patch_size = 1;
 
+  /// The wrapper constructor's out_channels default (MageVAE's 128 latent channels). It does not
+  /// follow in_channels, so a config.json without out_channels must build this proj_out to load
+  /// the reference's weights.
+  static constexpr int64_t kDefaultOutChannels = 128;
+
   int64_t head_dim() const { return hidden_size / num_heads; }
-  int64_t output_channels() const { return out_channels.value_or(in_channels); }
+  int64_t output_channels() const { return out_channels.value_or(kDefaultOutChannels); }
 
   /// Throws c10::ValueError naming the first invalid field (heads dividing hidden_size, axes_dim
   /// of three even entries summing to the head dim, sizes >= 1).

@@ -70,7 +70,7 @@ class REMAT_API Transformer {
 
   /// The forward pass on inputs named as the reference's arguments (Flux: hidden_states,
   /// encoder_hidden_states, pooled_projections, timestep, img_ids, txt_ids, [guidance]). Inputs
-  /// are converted to float32. Throws naming every missing or unexpected input, or a non-floating
+  /// are converted to float32 (MageFlow: its image and text states to the model's dtype). Throws naming every missing or unexpected input, or a non-floating
   /// dtype; the model names wrong shapes.
   virtual at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) = 0;
 

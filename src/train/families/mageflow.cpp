@@ -86,7 +86,10 @@ class MageFlowTransformer final : public Transformer {
       img_shapes.push_back({shapes[i][0].item<int64_t>(), shapes[i][1].item<int64_t>(),
                             shapes[i][2].item<int64_t>()});
     }
-    return model_->forward(get("img"), get("txt"), get("timesteps"), img_shapes,
+    // Image and text states in the model's dtype (a bfloat16 model gets bfloat16 inputs, as the
+    // reference's pipeline gives them); the timesteps stay float32, the model casts them.
+    const auto dtype = model_->img_in->weight.scalar_type();
+    return model_->forward(get("img").to(dtype), get("txt").to(dtype), get("timesteps"), img_shapes,
                            get("img_cu_seqlens"), get("txt_cu_seqlens"));
   }
 
