@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/error.h"
 #include "remat/memory.h"
 #include "benchmark_report.h"
 
@@ -182,16 +183,16 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string temporary = path + ".tmp" + std::to_string(::getpid());
   {
     std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file) throw std::runtime_error("[bench] cannot write " + temporary + " (directory missing or not writable)");
+    if (!file) remat::throw_value_error("[bench] cannot write " + temporary + " (directory missing or not writable)");
     file << text;
     file.flush();
-    if (!file) throw std::runtime_error("[bench] writing " + temporary + " failed");
+    if (!file) remat::throw_value_error("[bench] writing " + temporary + " failed");
   }
   std::error_code error;
   std::filesystem::rename(temporary, path, error);
   if (error) {
     std::filesystem::remove(temporary);
-    throw std::runtime_error("[bench] cannot rename " + temporary + " to " + path + ": " + error.message());
+    remat::throw_value_error("[bench] cannot rename " + temporary + " to " + path + ": " + error.message());
   }
 }
 

@@ -10,7 +10,7 @@
 /// non-reentrant `torch.utils.checkpoint`: the state tensors passed in, the parameters of modules
 /// called inside, and tensors the closure captures (a timestep embedding computed outside the
 /// segment by trainable layers). The caller lists none of them. See Note [Checkpoint graph
-/// surgery] in src/detail/checkpoint_node.cpp for how.
+/// surgery] in src/core/detail/checkpoint_node.cpp for how.
 
 #include <cstdint>
 #include <functional>

@@ -7,10 +7,10 @@
 /// as `run_layout` runs them. Each block is described by a `BlockCost` (measured by
 /// remat/profile.h or written by hand). `predict` simulates one training step (forward, then
 /// backward) of a layout block by block, following what remat's checkpointing keeps and frees
-/// (Note [Checkpoint memory timeline] in src/plan/cost_model.cpp), and returns the peak of the
+/// (Note [Checkpoint memory timeline] in src/core/plan/cost_model.cpp), and returns the peak of the
 /// bytes live on the device and the step time. `plan_layout` finds, by dynamic programming, the
 /// layout with the smallest predicted step time whose predicted peak fits the budget; it is exact
-/// under `predict` (Note [Budget planner] in src/plan/plan.cpp).
+/// under `predict` (Note [Budget planner] in src/core/plan/plan.cpp).
 
 #include <cstdint>
 #include <string>
@@ -87,7 +87,7 @@ struct Chain {
   /// recomputation holds the same amount again while it runs.
   int64_t checkpoint_overhead_bytes = 0;
 
-  // ---- the rest of the training step (Note [Whole-step model] in src/plan/cost_model.cpp) ----
+  // ---- the rest of the training step (Note [Whole-step model] in src/core/plan/cost_model.cpp) ----
   /// Highest bytes, above those live when the chain's forward ends (its output included), reached
   /// by what runs after the chain (output head, loss) from then until the backward reaches the
   /// chain's output [T]. 0 for a bare chain.

@@ -1,5 +1,5 @@
 // The auto checkpoint layout: a measured model of one training step (Note [Whole-step model] in
-// src/plan/cost_model.cpp) and the budget planner on it.
+// src/core/plan/cost_model.cpp) and the budget planner on it.
 //
 // Note [Step profile]
 // The blocks are measured one per stack with Transformer::block_probes + profile_block. The rest

@@ -2,7 +2,7 @@
 /// \file
 /// `gradient_checkpointing_interval: auto`: measure one training step at the run's shapes, model
 /// it as a remat::Chain (the block stacks, plus the embedders, head, loss and optimizer step as
-/// measured figures; Note [Whole-step model] in src/plan/cost_model.cpp), and let the budget
+/// measured figures; Note [Whole-step model] in src/core/plan/cost_model.cpp), and let the budget
 /// planner choose the fastest checkpoint layout whose predicted peak fits the memory budget.
 /// `remat train` and `remat bench` share this code.
 

@@ -1,7 +1,7 @@
 // Note [Checkpoint memory timeline]
 // predict() replays one training step of a layout and tracks the bytes live on the device. It
-// follows what remat does (Note [Checkpoint graph surgery] in src/detail/checkpoint_node.cpp,
-// run_layout in src/layout.cpp, Note [Offload pipeline] in src/detail/offload.cpp). Symbols, for
+// follows what remat does (Note [Checkpoint graph surgery] in src/core/detail/checkpoint_node.cpp,
+// run_layout in src/core/layout.cpp, Note [Offload pipeline] in src/core/detail/offload.cpp). Symbols, for
 // block k of N: A_k activation bytes, R_k retained input bytes, F_k / B_k forward / backward
 // transient peaks, s_k state bytes entering block k (s_N: the chain's output), g_k its gradient.
 //

@@ -1,5 +1,5 @@
 // Measuring one block's BlockCost. The measurements mirror the rules of Note [Checkpoint memory
-// timeline] (src/plan/cost_model.cpp) so that a chain of profiled blocks predicts what a real
+// timeline] (src/core/plan/cost_model.cpp) so that a chain of profiled blocks predicts what a real
 // step allocates:
 // - the block's input is a tensor only the profiler (and whatever the block saves) holds, so
 //   dropping it after forward frees exactly the part the block does not retain; the leaf it is
