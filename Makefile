@@ -6,7 +6,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: deps configure build demo test bench clean
+.PHONY: deps configure build demo test bench sanitize fuzz clean
 
 deps:
 	@scripts/install-deps.sh
@@ -31,5 +31,25 @@ bench: deps
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	$(BUILD_DIR)/bench/checkpoint_overhead
 
+# The test suite built with AddressSanitizer + UndefinedBehaviorSanitizer (remat's code; LibTorch
+# is prebuilt). Leak checking is off: LibTorch keeps allocations alive until exit by design.
+SANITIZE_DIR ?= build-sanitize
+sanitize: deps
+	@test -f $(SANITIZE_DIR)/CMakeCache.txt || cmake -S . -B $(SANITIZE_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DREMAT_SANITIZE=ON
+	cmake --build $(SANITIZE_DIR) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir $(SANITIZE_DIR) --output-on-failure -j $(JOBS) --timeout 1200 $(SANITIZE_CTEST_ARGS)
+
+# libFuzzer targets (clang), each run for FUZZ_SECONDS from its seed corpus, then the regressions
+# replayed. docs/FUZZING.md says how to fuzz for hours.
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 10
+fuzz: deps
+	@test -f $(FUZZ_DIR)/CMakeCache.txt || cmake -S . -B $(FUZZ_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DREMAT_FUZZ=ON -DREMAT_BUILD_TESTS=OFF -DREMAT_BUILD_APPS=OFF
+	cmake -S . -B $(FUZZ_DIR) -DREMAT_FUZZ_SECONDS=$(FUZZ_SECONDS) > /dev/null
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=0 ctest --test-dir $(FUZZ_DIR) --output-on-failure -j $(JOBS) -L fuzz
+
 clean:
-	rm -rf $(BUILD_DIR) out
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR) out

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
+  clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
 )
 
 missing=()

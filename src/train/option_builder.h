@@ -35,20 +35,20 @@ struct Binding {
   std::function<std::optional<std::string>(const TrainConfig&)> render;
 };
 
-inline Binding bind(bool TrainConfig::*m) {
+inline Binding bind_field(bool TrainConfig::*m) {
   return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<bool>(v); },
           [m](const TrainConfig& c) -> std::optional<std::string> { return c.*m ? "true" : "false"; }};
 }
-inline Binding bind(int64_t TrainConfig::*m) {
+inline Binding bind_field(int64_t TrainConfig::*m) {
   return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<int64_t>(v); },
           [m](const TrainConfig& c) -> std::optional<std::string> { return std::to_string(c.*m); }};
 }
-inline Binding bind(double TrainConfig::*m) {
+inline Binding bind_field(double TrainConfig::*m) {
   return {[m](TrainConfig& c, const OptionValue& v) { c.*m = std::get<double>(v); },
           [m](const TrainConfig& c) -> std::optional<std::string> { return render_float(c.*m); }};
 }
 // A string field; unset (nullable options only) is stored as "".
-inline Binding bind(std::string TrainConfig::*m) {
+inline Binding bind_field(std::string TrainConfig::*m) {
   return {[m](TrainConfig& c, const OptionValue& v) {
             c.*m = std::holds_alternative<std::string>(v) ? std::get<std::string>(v) : std::string();
           },
@@ -57,14 +57,14 @@ inline Binding bind(std::string TrainConfig::*m) {
             return c.*m;
           }};
 }
-inline Binding bind(std::optional<std::string> TrainConfig::*m) {
+inline Binding bind_field(std::optional<std::string> TrainConfig::*m) {
   return {[m](TrainConfig& c, const OptionValue& v) {
             if (std::holds_alternative<std::string>(v)) c.*m = std::get<std::string>(v);
             else c.*m = std::nullopt;
           },
           [m](const TrainConfig& c) { return c.*m; }};
 }
-inline Binding bind(std::optional<double> TrainConfig::*m) {
+inline Binding bind_field(std::optional<double> TrainConfig::*m) {
   return {[m](TrainConfig& c, const OptionValue& v) {
             if (std::holds_alternative<double>(v)) c.*m = std::get<double>(v);
             else c.*m = std::nullopt;
@@ -74,7 +74,7 @@ inline Binding bind(std::optional<double> TrainConfig::*m) {
             return render_float(*(c.*m));
           }};
 }
-inline Binding bind(std::optional<int64_t> TrainConfig::*m, bool bytes = false) {
+inline Binding bind_field(std::optional<int64_t> TrainConfig::*m, bool bytes = false) {
   return {[m](TrainConfig& c, const OptionValue& v) {
             if (std::holds_alternative<int64_t>(v)) c.*m = std::get<int64_t>(v);
             else c.*m = std::nullopt;

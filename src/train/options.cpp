@@ -64,10 +64,10 @@ std::vector<OptionSpec> build_registry() {
     default_flavours.push_back(f->default_flavour);
     flavours_by_family[f->name] = f->flavours;
   }
-  add(Opt(kModel, "model_family", T::Choice, bind(&C::model_family),
+  add(Opt(kModel, "model_family", T::Choice, bind_field(&C::model_family),
           "The architecture to train: " + join(family_titles, " or "))
       .choices(family_names));
-  add(Opt(kModel, "model_flavour", T::Choice, bind(&C::model_flavour),
+  add(Opt(kModel, "model_flavour", T::Choice, bind_field(&C::model_flavour),
           "Preset of the model family (number of blocks, widths)")
       .choices(all_flavours)
       .choices_by("model_family", flavours_by_family)
@@ -75,78 +75,78 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("Must belong to model_family. The -tiny and -small presets are small configurations "
                "for tests and benchmarks.")
       .default_note("unset (the family's default: " + join(default_flavours, ", ") + ")"));
-  add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind(&C::pretrained_model_name_or_path),
+  add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind_field(&C::pretrained_model_name_or_path),
           "Transformer weights: a .safetensors file with diffusers key names")
       .nullable()
       .tooltip("Unset: the transformer is initialised randomly (a warning is logged)."));
-  add(Opt(kModel, "pretrained_transformer_config", T::Path, bind(&C::pretrained_transformer_config),
+  add(Opt(kModel, "pretrained_transformer_config", T::Path, bind_field(&C::pretrained_transformer_config),
           "A transformer config.json (diffusers format) overriding the flavour's shapes")
       .nullable());
-  add(Opt(kModel, "model_type", T::Choice, bind(&C::model_type),
+  add(Opt(kModel, "model_type", T::Choice, bind_field(&C::model_type),
           "Train every weight (full) or low-rank adapters (lora)")
       .choices({"full", "lora"}));
   // ---- LoRA ----
-  add(Opt(kLora, "lora_rank", T::Int, bind(&C::lora_rank), "Dimension of LoRA update matrices")
+  add(Opt(kLora, "lora_rank", T::Int, bind_field(&C::lora_rank), "Dimension of LoRA update matrices")
       .min(1).depends("model_type", "lora"));
-  add(Opt(kLora, "lora_alpha", T::Float, bind(&C::lora_alpha),
+  add(Opt(kLora, "lora_alpha", T::Float, bind_field(&C::lora_alpha),
           "Scales the LoRA effect: scale = lora_alpha / lora_rank (usually equal to rank)")
       .min(0, true).nullable().depends("model_type", "lora").default_note("unset (= lora_rank)"));
   // ---- Optimizer and learning rate ----
-  add(Opt(kOptim, "learning_rate", T::Float, bind(&C::learning_rate), "Base learning rate for training")
+  add(Opt(kOptim, "learning_rate", T::Float, bind_field(&C::learning_rate), "Base learning rate for training")
       .min(0).max(1)
       .tooltip("Controls how much model weights change per step. Lower = more stable but slower. "
                "Typical range: 1e-6 to 1e-4"));
   // SimpleTuner defaults to adamw_bf16; remat implements plain AdamW only.
-  add(Opt(kOptim, "optimizer", T::Choice, bind(&C::optimizer),
+  add(Opt(kOptim, "optimizer", T::Choice, bind_field(&C::optimizer),
           "The optimizer (AdamW with decoupled weight decay)")
       .choices({"adamw"}));
-  add(Opt(kOptim, "adam_beta1", T::Float, bind(&C::adam_beta1),
+  add(Opt(kOptim, "adam_beta1", T::Float, bind_field(&C::adam_beta1),
           "First moment decay rate for Adam optimizers").min(0).max(1));
-  add(Opt(kOptim, "adam_beta2", T::Float, bind(&C::adam_beta2),
+  add(Opt(kOptim, "adam_beta2", T::Float, bind_field(&C::adam_beta2),
           "Second moment decay rate for Adam optimizers").min(0).max(1));
-  add(Opt(kOptim, "adam_epsilon", T::Float, bind(&C::adam_epsilon),
+  add(Opt(kOptim, "adam_epsilon", T::Float, bind_field(&C::adam_epsilon),
           "Small constant added for numerical stability").min(0));
-  add(Opt(kOptim, "adam_weight_decay", T::Float, bind(&C::adam_weight_decay),
+  add(Opt(kOptim, "adam_weight_decay", T::Float, bind_field(&C::adam_weight_decay),
           "L2 regularisation strength for Adam-family optimizers").min(0));
-  add(Opt(kOptim, "lr_scheduler", T::Choice, bind(&C::lr_scheduler),
+  add(Opt(kOptim, "lr_scheduler", T::Choice, bind_field(&C::lr_scheduler),
           "How learning rate changes during training")
       .choices({"constant", "constant_with_warmup", "cosine"})
       .tooltip("constant with lr_warmup_steps > 0 is treated as constant_with_warmup, as in "
                "SimpleTuner. cosine decays to 0 at the last step after the warmup."));
-  add(Opt(kOptim, "lr_warmup_steps", T::Int, bind(&C::lr_warmup_steps),
+  add(Opt(kOptim, "lr_warmup_steps", T::Int, bind_field(&C::lr_warmup_steps),
           "Number of steps to gradually increase LR from 0").min(0));
-  add(Opt(kOptim, "max_grad_norm", T::Float, bind(&C::max_grad_norm),
+  add(Opt(kOptim, "max_grad_norm", T::Float, bind_field(&C::max_grad_norm),
           "Gradient clipping threshold to prevent exploding gradients (0 disables clipping)").min(0));
   // ---- Training ----
-  add(Opt(kTraining, "train_batch_size", T::Int, bind(&C::train_batch_size),
+  add(Opt(kTraining, "train_batch_size", T::Int, bind_field(&C::train_batch_size),
           "Number of samples processed per forward/backward pass").min(1));
-  add(Opt(kTraining, "gradient_accumulation_steps", T::Int, bind(&C::gradient_accumulation_steps),
+  add(Opt(kTraining, "gradient_accumulation_steps", T::Int, bind_field(&C::gradient_accumulation_steps),
           "Number of steps to accumulate gradients").min(1));
-  add(Opt(kTraining, "max_train_steps", T::Int, bind(&C::max_train_steps),
+  add(Opt(kTraining, "max_train_steps", T::Int, bind_field(&C::max_train_steps),
           "Maximum number of training steps (0 = use epochs instead)").min(0));
-  add(Opt(kTraining, "num_train_epochs", T::Int, bind(&C::num_train_epochs),
+  add(Opt(kTraining, "num_train_epochs", T::Int, bind_field(&C::num_train_epochs),
           "Number of passes over the data when max_train_steps is 0").min(1));
-  add(Opt(kTraining, "seed", T::Int, bind(&C::seed), "Seed used for deterministic training behaviour")
+  add(Opt(kTraining, "seed", T::Int, bind_field(&C::seed), "Seed used for deterministic training behaviour")
       .nullable().tooltip("Unset: a random seed, logged at start."));
-  add(Opt(kTraining, "mixed_precision", T::Choice, bind(&C::mixed_precision),
+  add(Opt(kTraining, "mixed_precision", T::Choice, bind_field(&C::mixed_precision),
           "Precision for training computations")
       .choices({"no", "bf16"})
       .tooltip("bf16 runs the transformer under bfloat16 autocast with fp32 master weights; no "
                "trains in fp32."));
   // ---- Flow matching ----
-  add(Opt(kFlow, "flow_schedule_shift", T::Float, bind(&C::flow_schedule_shift),
+  add(Opt(kFlow, "flow_schedule_shift", T::Float, bind_field(&C::flow_schedule_shift),
           "Shift the noise schedule for flow-matching models")
       .min(0)
       .tooltip("sigma' = shift * sigma / (1 + (shift - 1) * sigma). Higher values train more on "
                "noisy timesteps (composition); 0 disables the shift."));
-  add(Opt(kFlow, "flow_sigmoid_scale", T::Float, bind(&C::flow_sigmoid_scale),
+  add(Opt(kFlow, "flow_sigmoid_scale", T::Float, bind_field(&C::flow_sigmoid_scale),
           "Scale factor for sigmoid timestep sampling for flow-matching models")
       .min(0, true)
       .tooltip("Sigmas are sigmoid(scale * n) with n ~ N(0, 1) (logit-normal) before the shift."));
-  add(Opt(kFlow, "flow_use_uniform_schedule", T::Bool, bind(&C::flow_use_uniform_schedule),
+  add(Opt(kFlow, "flow_use_uniform_schedule", T::Bool, bind_field(&C::flow_use_uniform_schedule),
           "Use uniform schedule instead of sigmoid for flow-matching"));
   // ---- Gradient checkpointing ----
-  add(Opt(kCkpt, "gradient_checkpointing", T::Bool, bind(&C::gradient_checkpointing),
+  add(Opt(kCkpt, "gradient_checkpointing", T::Bool, bind_field(&C::gradient_checkpointing),
           "Trade compute for memory by recomputing activations")
       .checkpointing()
       .tooltip("Checkpointed blocks keep only their inputs during the forward pass and run again "
@@ -158,14 +158,14 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("Higher values reduce recompute overhead but keep more activations in memory. Flux "
                "and MageFlow use contiguous chunked checkpointing on whole-block paths."));
   add(Opt(kCkpt, "gradient_checkpointing_segment_stride", T::Int,
-          bind(&C::gradient_checkpointing_segment_stride),
+          bind_field(&C::gradient_checkpointing_segment_stride),
           "Start a checkpointed chunk every N blocks; the blocks between chunks keep their "
           "activations (leave blank for N = interval)")
       .min(1).nullable().checkpointing().depends("gradient_checkpointing", "true")
       .at_least("gradient_checkpointing_interval")
       .tooltip("Must be at least the interval; needs an interval. With interval 2 and stride 4, "
                "blocks 0-1 are checkpointed, 2-3 run normally, 4-5 are checkpointed, and so on."));
-  add(Opt(kCkpt, "gradient_checkpointing_backend", T::Choice, bind(&C::gradient_checkpointing_backend),
+  add(Opt(kCkpt, "gradient_checkpointing_backend", T::Choice, bind_field(&C::gradient_checkpointing_backend),
           "Backend and scope for gradient checkpointing. torch recomputes activations; unsloth "
           "offloads the saved block inputs to pinned host memory")
       .choices(CheckpointPlan::backend_names())
@@ -173,7 +173,7 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("FFN-only variants (-ffn) checkpoint the feed-forward half of each block and do not "
                "use contiguous chunks. unsloth needs CUDA: on CPU the saved tensors stay in place."));
   add(Opt(kCkpt, "gradient_checkpointing_memory_budget", T::Bytes,
-          bind(&C::gradient_checkpointing_memory_budget, /*bytes=*/true),
+          bind_field(&C::gradient_checkpointing_memory_budget, /*bytes=*/true),
           "Peak memory budget of a training step (weights, gradients, optimizer state and "
           "activations) for gradient_checkpointing_interval=auto, e.g. 20GiB, 512MiB, 1.5GB")
       .min(1).nullable().checkpointing()
@@ -183,29 +183,29 @@ std::vector<OptionSpec> build_registry() {
                "time. Unset: what the device has free. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
                "powers of 1000."));
   // ---- Data and output ----
-  add(Opt(kData, "instance_data_dir", T::Path, bind(&C::instance_data_dir),
+  add(Opt(kData, "instance_data_dir", T::Path, bind_field(&C::instance_data_dir),
           "Directory with the training data").nullable());
   // SimpleTuner's default is "simpletuner-results"; this tool names its own.
-  add(Opt(kData, "output_dir", T::Path, bind(&C::output_dir),
+  add(Opt(kData, "output_dir", T::Path, bind_field(&C::output_dir),
           "Directory where model checkpoints and logs will be saved"));
-  add(Opt(kData, "checkpointing_steps", T::Int, bind(&C::checkpointing_steps),
+  add(Opt(kData, "checkpointing_steps", T::Int, bind_field(&C::checkpointing_steps),
           "Save a training checkpoint every N steps (0: only at the end)")
       .min(0).alias("checkpoint_step_interval")
       .tooltip("SimpleTuner's newer name checkpoint_step_interval is accepted too."));
-  add(Opt(kData, "checkpoints_total_limit", T::Int, bind(&C::checkpoints_total_limit),
+  add(Opt(kData, "checkpoints_total_limit", T::Int, bind_field(&C::checkpoints_total_limit),
           "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0));
-  add(Opt(kData, "resume_from_checkpoint", T::Path, bind(&C::resume_from_checkpoint),
+  add(Opt(kData, "resume_from_checkpoint", T::Path, bind_field(&C::resume_from_checkpoint),
           "Select checkpoint to resume training from: a checkpoint directory, or latest")
       .keywords({"latest"}).nullable()
       .tooltip("latest resumes from the newest checkpoint in output_dir and starts fresh when there "
                "is none. Leave blank to start from scratch."));
   // ---- Runtime ----
-  add(Opt(kRuntime, "device", T::String, bind(&C::device), "Device to train on: auto, cpu, cuda or cuda:N")
+  add(Opt(kRuntime, "device", T::String, bind_field(&C::device), "Device to train on: auto, cpu, cuda or cuda:N")
       .pattern("auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a device index)")
       .tooltip("auto picks cuda when available, else cpu; cuda:1 is the second GPU."));
-  add(Opt(kRuntime, "num_threads", T::Int, bind(&C::num_threads),
+  add(Opt(kRuntime, "num_threads", T::Int, bind_field(&C::num_threads),
           "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0));
-  add(Opt(kRuntime, "report_every", T::Int, bind(&C::report_every),
+  add(Opt(kRuntime, "report_every", T::Int, bind_field(&C::report_every),
           "Log loss, learning rate, step time and peak memory every N steps").min(1));
   // clang-format on
   // The families' own options, each placed at the end of its section.

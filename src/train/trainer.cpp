@@ -2,9 +2,9 @@
 // 5 steps equal 10 steps bit for bit.
 #include "remat/train/trainer.h"
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
-#include <chrono>
 #include <random>
 
 #include <ATen/CPUGeneratorImpl.h>

@@ -147,7 +147,7 @@ class FluxTransformer final : public Transformer {
 
 std::vector<OptionSpec> flux_options() {
   std::vector<OptionSpec> rows;
-  rows.push_back(Opt("LoRA", "flux_lora_target", OptionType::Choice, bind(&TrainConfig::flux_lora_target),
+  rows.push_back(Opt("LoRA", "flux_lora_target", OptionType::Choice, bind_field(&TrainConfig::flux_lora_target),
                      "Which layers to train in Flux models")
                      .choices(models::flux_lora_target_preset_names())
                      .depends("model_type", "lora").depends("model_family", kName)
@@ -155,7 +155,7 @@ std::vector<OptionSpec> flux_options() {
                               "'+ffs' includes feed-forward layers.")
                      .done());
   rows.push_back(Opt("Flow matching", "flux_guidance_value", OptionType::Float,
-                     bind(&TrainConfig::flux_guidance_value),
+                     bind_field(&TrainConfig::flux_guidance_value),
                      "Guidance value fed to guidance-distilled Flux models (flux-dev) during training")
                      .min(0)
                      .tooltip("SimpleTuner trains dev with 1.0 (no distilled guidance); ignored by models "
