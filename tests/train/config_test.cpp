@@ -58,14 +58,16 @@ bool contains(const std::vector<std::string>& warnings, const std::string& fragm
 TEST(CommandLine, EveryForm) {
   const auto c = load({"--lora_rank=32", "--learning_rate", "1e-4", "--model_type=lora",
                        "--flow_use_uniform_schedule", "--gradient_checkpointing=false",
-                       "--seed", "-7", "--model_family", "mageflow"});
+                       "--seed", "7", "--model_family", "mageflow"});
   EXPECT_EQ(c.lora_rank, 32);
   EXPECT_DOUBLE_EQ(c.learning_rate, 1e-4);
   EXPECT_EQ(c.model_type, "lora");
   EXPECT_TRUE(c.flow_use_uniform_schedule);
   EXPECT_FALSE(c.gradient_checkpointing);
-  EXPECT_EQ(c.seed, -7);
+  EXPECT_EQ(c.seed, 7);
   EXPECT_EQ(c.model_family, "mageflow");
+  // A value that starts with '-' is the value, not a flag (seeds are in [0, 2^32 - 1]).
+  expect_error([] { load({"--seed", "-7"}); }, {"seed must be an integer in [0, 4294967295]", "got '-7'"});
 }
 
 TEST(CommandLine, BoolFlagFollowedByAWordOrAnotherFlag) {
@@ -147,7 +149,7 @@ TEST(ConfigJson, Errors) {
   }
   {
     TempJson json(R"({"lora_rank": true})");
-    expect_error([&] { load({"--config", json.path()}); }, {"lora_rank must be an integer >= 1", "got 'true'"});
+    expect_error([&] { load({"--config", json.path()}); }, {"lora_rank must be an integer in [1, 4096]", "got 'true'"});
   }
   {
     TempJson json(R"({"lora_rank": [1, 2]})");
