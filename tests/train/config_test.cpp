@@ -2,6 +2,8 @@
 // unknown keys, cross-option rules and byte-size parsing.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -169,6 +171,29 @@ TEST(ConfigJson, Errors) {
   }
   expect_error([] { load({"--config", "/nonexistent/remat.json"}); },
                {"config must be a readable JSON file, got '/nonexistent/remat.json'"});
+}
+
+// Note [Bounded JSON]: a 100k-deep value once overflowed the stack (the error message dumped it
+// recursively); a FIFO as --config once blocked forever in open().
+TEST(ConfigJson, DeepValuesAndFifosAreRefused) {
+  {
+    TempJson json("{\"seed\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+    expect_error([&] { load({"--config", json.path()}); },
+                 {"[train] config '" + json.path() + "' nests arrays and objects deeper than 64 levels"});
+  }
+  {
+    TempJson json("{\"seed\": [[[[[[[1]]]]]]]}");
+    expect_error([&] { load({"--config", json.path()}); }, {"seed must be a single value", "got [[[[[...]]]]]"});
+  }
+  {
+    TempJson json("{\"" + std::string(1 << 20, 'k') + "\": 1}");  // a 1 MiB key
+    expect_error([&] { load({"--config", json.path()}); }, {"unknown option 'kkkk", "(1048576 bytes)"});
+  }
+  const std::string fifo = testing::TempDir() + "remat_config_fifo.json";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { load({"--config", fifo}); }, {"config must be a readable JSON file", "(a FIFO)"});
+  std::remove(fifo.c_str());
 }
 
 TEST(BuildConfig, CrossOptionRules) {
