@@ -225,6 +225,13 @@ std::vector<OptionSpec> build_registry() {
           "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0).max(kMaxNumThreads));
   add(Opt(kRuntime, "report_every", T::Int, bind(&C::report_every),
           "Log loss, learning rate, step time and peak memory every N steps").min(1).max(kMaxTrainSteps));
+  // remat's own: SimpleTuner has no memory admission to override.
+  add(Opt(kRuntime, "skip_memory_check", T::Bool, bind(&C::skip_memory_check),
+          "Build the model even when its predicted memory exceeds what the device has available")
+      .tooltip("Before the model is allocated, its weights (and the gradients and AdamW state of the "
+               "trainable parameters) are predicted from its config and compared with the device's "
+               "available memory; a model that cannot fit is refused with both figures and the options "
+               "that would make it fit. This skips that check."));
   // clang-format on
   // The families' own options, each placed at the end of its section.
   for (const ModelFamily* f : model_families()) {

@@ -159,6 +159,9 @@ struct TrainConfig {
   int64_t num_threads = 0;
   /// Log the loss every N optimizer steps.
   int64_t report_every = 10;
+  /// Build the model even when its predicted weights, gradients and optimizer state exceed the
+  /// device's available memory (remat/train/admission.h).
+  bool skip_memory_check = false;
 
   /// remat::Backend of gradient_checkpointing_backend: Offload for unsloth*, Recompute otherwise.
   Backend checkpoint_backend() const;
