@@ -82,4 +82,11 @@ CLI::Option* add_registry_option(CLI::App& app, const std::string& name, T& vari
   return option->capture_default_str();
 }
 
+/// `--skip_memory_check`: build the model even when memory admission (remat/train/admission.h)
+/// predicts it will not fit; the registry's help text.
+inline CLI::Option* add_skip_memory_check(CLI::App& app, bool& skip) {
+  const train::OptionSpec* spec = train::find_option("skip_memory_check");
+  return app.add_flag("--skip_memory_check", skip, spec ? spec->help : "skip memory admission");
+}
+
 }  // namespace remat::cli

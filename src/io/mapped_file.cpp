@@ -25,7 +25,9 @@ struct FdGuard {
 }  // namespace
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
-  FdGuard guard{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: a FIFO without a writer would block open(2) forever; with the flag it opens at
+  // once and the S_ISREG check below refuses it. Regular files ignore the flag.
+  FdGuard guard{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   TORCH_CHECK(guard.fd >= 0, "[safetensors] cannot open '", path, "': ", std::strerror(errno));
   struct stat st {};
   TORCH_CHECK(::fstat(guard.fd, &st) == 0, "[safetensors] cannot stat '", path,

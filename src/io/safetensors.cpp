@@ -2,6 +2,7 @@
 // module loading in state_dict.cpp.
 #include "remat/io/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -9,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/io/bounded_json.h"
 #include "mapped_file.h"
 #include "safetensors_impl.h"
 
@@ -123,34 +125,34 @@ uint64_t read_u64_le(const uint8_t* p) {
 // Parses one tensor entry of the header, checking everything the reader later relies on.
 TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
                        uint64_t data_size) {
-  const auto where = "[safetensors] '" + path + "': tensor '" + name + "'";
+  const auto where = "[safetensors] '" + path + "': tensor '" + text_excerpt(name) + "'";
   TORCH_CHECK(entry.is_object(), where, " must be an object with dtype, shape and data_offsets, got ",
-              entry.dump());
+              json_excerpt(entry));
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     TORCH_CHECK(entry.contains(field), where, " is missing the field \"", field, "\" (entry: ",
-                entry.dump(), ")");
+                json_excerpt(entry), ")");
   }
   TensorInfo info{};
   const auto& dtype = entry.at("dtype");
-  TORCH_CHECK(dtype.is_string(), where, ": dtype must be a string, got ", dtype.dump());
+  TORCH_CHECK(dtype.is_string(), where, ": dtype must be a string, got ", json_excerpt(dtype));
   auto type = detail::find_dtype(dtype.get<std::string>());
-  TORCH_CHECK(type.has_value(), where, " has unknown or unsupported dtype ", dtype.dump(),
+  TORCH_CHECK(type.has_value(), where, " has unknown or unsupported dtype ", json_excerpt(dtype),
               "; supported dtypes: ", detail::supported_dtype_list());
   info.dtype = *type;
 
   const auto& shape = entry.at("shape");
-  TORCH_CHECK(shape.is_array(), where, ": shape must be an array of integers, got ", shape.dump());
+  TORCH_CHECK(shape.is_array(), where, ": shape must be an array of integers, got ", json_excerpt(shape));
   uint64_t numel = 1;
   bool overflow = false;
   for (const auto& dim : shape) {
     TORCH_CHECK(dim.is_number_integer(), where, ": shape must be an array of integers, got ",
-                shape.dump());
+                json_excerpt(shape));
     // nlohmann stores non-negative integers as unsigned, negative ones as signed.
     TORCH_CHECK(dim.is_number_unsigned(), where, ": shape dimensions must be >= 0, got ",
-                dim.dump(), " in shape ", shape.dump());
+                json_excerpt(dim), " in shape ", json_excerpt(shape));
     const auto d = dim.get<uint64_t>();
     TORCH_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where,
-                ": shape dimension ", dim.dump(), " is too large");
+                ": shape dimension ", json_excerpt(dim), " is too large");
     info.shape.push_back(static_cast<int64_t>(d));
     overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
   }
@@ -158,21 +160,53 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   const auto& offsets = entry.at("data_offsets");
   TORCH_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
                   offsets[1].is_number_unsigned(),
-              where, ": data_offsets must be [begin, end] with integers >= 0, got ", offsets.dump());
+              where, ": data_offsets must be [begin, end] with integers >= 0, got ", json_excerpt(offsets));
   info.begin = offsets[0].get<uint64_t>();
   info.end = offsets[1].get<uint64_t>();
-  TORCH_CHECK(info.begin <= info.end, where, ": data_offsets ", offsets.dump(), " have begin ",
+  TORCH_CHECK(info.begin <= info.end, where, ": data_offsets ", json_excerpt(offsets), " have begin ",
               info.begin, " > end ", info.end);
-  TORCH_CHECK(info.end <= data_size, where, ": data_offsets ", offsets.dump(),
+  TORCH_CHECK(info.end <= data_size, where, ": data_offsets ", json_excerpt(offsets),
               " run past the end of the data buffer (", data_size, " bytes)");
   uint64_t expected = 0;
   overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(info.dtype)),
                                                 &expected);
   TORCH_CHECK(!overflow && expected == info.end - info.begin, where, ": data_offsets ",
-              offsets.dump(), " span ", info.end - info.begin, " bytes, but shape ", shape.dump(),
+              json_excerpt(offsets), " span ", info.end - info.begin, " bytes, but shape ", json_excerpt(shape),
               " of ", dtype.get<std::string>(), " needs ",
               overflow ? std::string("more than 2^64") : std::to_string(expected), " bytes");
   return info;
+}
+
+// Note [Exact data section]
+// The header must describe the data section exactly, as the reference reader requires
+// (safetensors' validate(): sorted by offset, each tensor starting where the previous ends, the
+// last ending at the end of the buffer). Each entry alone can look fine while the file is wrong:
+// a header length one byte short shifts every tensor by a byte (all-NaN floats), appended bytes
+// hide a truncated or concatenated file, and overlapping or aliased ranges make two tensors share
+// bytes. So, after every entry passed parse_entry (in bounds, size = dtype x shape, checked for
+// overflow), the ranges sorted by (begin, end) must tile [0, data_size) with no gap and no overlap.
+void check_data_layout(const std::string& path, const std::vector<std::string>& names,
+                       const std::vector<TensorInfo>& infos, uint64_t data_size) {
+  std::vector<size_t> order(infos.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::make_pair(infos[a].begin, infos[a].end) < std::make_pair(infos[b].begin, infos[b].end);
+  });
+  uint64_t covered = 0;  // the data section [0, covered) is described so far
+  const std::string* previous = nullptr;
+  for (size_t i : order) {
+    const TensorInfo& info = infos[i];
+    TORCH_CHECK(info.begin == covered, "[safetensors] '", path, "': tensor '", text_excerpt(names[i]),
+                "' has data_offsets [", info.begin, ",", info.end, "], but the data section is covered up to byte ",
+                covered, previous ? " (by tensor '" + text_excerpt(*previous) + "')" : std::string(),
+                info.begin < covered ? ": the ranges overlap" : ": there is a gap of unused bytes",
+                "; tensors must tile the data section exactly");
+    covered = info.end;
+    previous = &names[i];
+  }
+  TORCH_CHECK(covered == data_size, "[safetensors] '", path, "': the tensors cover ", covered,
+              " bytes but the data section has ", data_size, " bytes (", data_size - covered,
+              " bytes more): the header length is wrong, or bytes were appended to the file");
 }
 
 }  // namespace
@@ -192,13 +226,15 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   file.data_begin_ = base + 8 + header_len;
   file.data_size_ = size - 8 - header_len;
 
-  const char* text = reinterpret_cast<const char*>(base + 8);
+  const std::string_view text(reinterpret_cast<const char*>(base + 8), header_len);
+  // Note [Bounded JSON]: size and depth are checked before the parser sees the text.
+  check_json_text(text, kMaxSafetensorsHeaderBytes, "[safetensors] '" + path + "': header");
   Json header;
   try {
-    header = Json::parse(text, text + header_len);
+    header = Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "[safetensors] '", path, "': header (", header_len,
-                " bytes) is not valid JSON: ", e.what());
+                " bytes) is not valid JSON: ", text_excerpt(e.what(), 2 * kExcerptChars));
   }
   TORCH_CHECK(header.is_object(), "[safetensors] '", path,
               "': header must be a JSON object of tensor entries, got a JSON ", header.type_name());
@@ -208,10 +244,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const Json& value = item.value();
     if (key == "__metadata__") {
       TORCH_CHECK(value.is_object(), "[safetensors] '", path,
-                  "': __metadata__ must be an object of string values, got ", value.dump());
+                  "': __metadata__ must be an object of string values, got ", json_excerpt(value));
       for (const auto& meta : value.items()) {
         TORCH_CHECK(meta.value().is_string(), "[safetensors] '", path, "': __metadata__ value of '",
-                    meta.key(), "' must be a string, got ", meta.value().dump());
+                    text_excerpt(meta.key()), "' must be a string, got ", json_excerpt(meta.value()));
         file.metadata_[meta.key()] = meta.value().get<std::string>();
       }
       continue;
@@ -220,6 +256,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     file.infos_.push_back(parse_entry(path, key, value, file.data_size_));
     file.names_.push_back(key);
   }
+  check_data_layout(path, file.names_, file.infos_, file.data_size_);
   return file;
 }
 

@@ -4,8 +4,6 @@
 
 #include <cctype>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -13,10 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/error.h"
+#include "remat/io/bounded_json.h"
+#include "remat/io/files.h"
 
 namespace remat::models::detail {
 
+// Note [Bounded JSON] (remat/io/bounded_json.h): size and depth are checked before parsing, and
+// messages quote bounded excerpts.
 inline nlohmann::json parse_config_json(const std::string& text, const char* component) {
+  io::check_json_text(text, io::kMaxJsonFileBytes, std::string("[") + component + "] config JSON");
   try {
     nlohmann::json j = nlohmann::json::parse(text);
     if (!j.is_object()) {
@@ -24,16 +27,14 @@ inline nlohmann::json parse_config_json(const std::string& text, const char* com
     }
     return j;
   } catch (const nlohmann::json::parse_error& e) {
-    throw_value_error(std::string("[") + component + "] malformed config JSON: " + e.what());
+    throw_value_error(std::string("[") + component + "] malformed config JSON: " +
+                      io::text_excerpt(e.what(), 2 * io::kExcerptChars));
   }
 }
 
+/// The text of a config file: a regular file (a FIFO would block) of at most kMaxJsonFileBytes.
 inline std::string read_text_file(const std::string& path, const char* component) {
-  std::ifstream in(path);
-  if (!in) throw_value_error(std::string("[") + component + "] cannot open config file '" + path + "'");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  return io::read_regular_file(path, io::kMaxJsonFileBytes, component, "config file");
 }
 
 /// Whether `s` looks like JSON text (first non-blank character '{') rather than a path.
@@ -44,13 +45,20 @@ inline bool looks_like_json(const std::string& s) {
   return false;
 }
 
+/// Whether `v` is an integer that int64 holds (nlohmann keeps integers above 2^63 - 1 as
+/// unsigned; get<int64_t> would wrap them to negative numbers).
+inline bool is_int64(const nlohmann::json& v) {
+  return v.is_number_integer() &&
+         (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+}
+
 /// Reads an integer field if present (and not null); wrong types raise a message naming the key.
 inline void read_int(const nlohmann::json& j, const char* key, int64_t& out, const char* component) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
-  if (!it->is_number_integer()) {
+  if (!is_int64(*it)) {
     throw_value_error(std::string("[") + component + "] config key '" + key +
-                                "' must be an integer, got " + it->dump());
+                                "' must be an integer (64-bit), got " + io::json_excerpt(*it));
   }
   out = it->get<int64_t>();
 }
@@ -60,7 +68,7 @@ inline void read_bool(const nlohmann::json& j, const char* key, bool& out, const
   if (it == j.end() || it->is_null()) return;
   if (!it->is_boolean()) {
     throw_value_error(std::string("[") + component + "] config key '" + key +
-                                "' must be a boolean, got " + it->dump());
+                                "' must be a boolean, got " + io::json_excerpt(*it));
   }
   out = it->get<bool>();
 }
@@ -71,11 +79,11 @@ inline void read_int_list(const nlohmann::json& j, const char* key, std::vector<
   if (it == j.end() || it->is_null()) return;
   bool ok = it->is_array();
   if (ok) {
-    for (const auto& v : *it) ok = ok && v.is_number_integer();
+    for (const auto& v : *it) ok = ok && is_int64(v);
   }
   if (!ok) {
     throw_value_error(std::string("[") + component + "] config key '" + key +
-                                "' must be a list of integers, got " + it->dump());
+                                "' must be a list of integers, got " + io::json_excerpt(*it));
   }
   out = it->get<std::vector<int64_t>>();
 }

@@ -1,4 +1,5 @@
 #include "remat/models/flux.h"
+#include "remat/models/config_limits.h"
 #include "remat/error.h"
 
 #include <numeric>
@@ -36,28 +37,34 @@ int64_t controlnet_interval(int64_t num_blocks, size_t num_samples) {
 }  // namespace
 
 void FluxConfig::validate() const {
-  TORCH_CHECK_VALUE(patch_size >= 1, "[flux] patch_size must be >= 1, got ", patch_size);
-  TORCH_CHECK_VALUE(in_channels >= 1, "[flux] in_channels must be >= 1, got ", in_channels);
-  TORCH_CHECK_VALUE(output_channels() >= 1, "[flux] out_channels must be >= 1, got ", output_channels());
-  TORCH_CHECK_VALUE(num_layers >= 0, "[flux] num_layers must be >= 0, got ", num_layers);
-  TORCH_CHECK_VALUE(num_single_layers >= 0, "[flux] num_single_layers must be >= 0, got ",
-                    num_single_layers);
-  TORCH_CHECK_VALUE(attention_head_dim >= 2 && attention_head_dim % 2 == 0,
-                    "[flux] attention_head_dim must be even and >= 2, got ", attention_head_dim);
-  TORCH_CHECK_VALUE(num_attention_heads >= 1, "[flux] num_attention_heads must be >= 1, got ",
-                    num_attention_heads);
-  TORCH_CHECK_VALUE(joint_attention_dim >= 1, "[flux] joint_attention_dim must be >= 1, got ",
-                    joint_attention_dim);
-  TORCH_CHECK_VALUE(pooled_projection_dim >= 1, "[flux] pooled_projection_dim must be >= 1, got ",
-                    pooled_projection_dim);
+  // Each field is in its range before any product of fields is formed (config_limits.h).
+  const auto in_range = [](const char* name, int64_t value, int64_t low, int64_t high) {
+    TORCH_CHECK_VALUE(value >= low && value <= high, "[flux] ", name, " must be in [", low, ", ", high,
+                      "], got ", value);
+  };
+  in_range("patch_size", patch_size, 1, kMaxConfigPatchSize);
+  in_range("in_channels", in_channels, 1, kMaxConfigWidth);
+  in_range("out_channels", output_channels(), 1, kMaxConfigWidth);
+  in_range("num_layers", num_layers, 0, kMaxConfigBlocks);
+  in_range("num_single_layers", num_single_layers, 0, kMaxConfigBlocks);
+  in_range("attention_head_dim", attention_head_dim, 2, kMaxConfigWidth);
+  TORCH_CHECK_VALUE(attention_head_dim % 2 == 0, "[flux] attention_head_dim must be even and >= 2, got ",
+                    attention_head_dim);
+  in_range("num_attention_heads", num_attention_heads, 1, kMaxConfigWidth);
+  TORCH_CHECK_VALUE(num_attention_heads * attention_head_dim <= kMaxConfigWidth,
+                    "[flux] the hidden size num_attention_heads x attention_head_dim must be at most ",
+                    kMaxConfigWidth, ", got ", num_attention_heads, " x ", attention_head_dim);
+  in_range("joint_attention_dim", joint_attention_dim, 1, kMaxConfigWidth);
+  in_range("pooled_projection_dim", pooled_projection_dim, 1, kMaxConfigWidth);
+  for (int64_t d : axes_dims_rope) {
+    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0 && d <= attention_head_dim,
+                      "[flux] axes_dims_rope entries must be even and in [2, attention_head_dim = ",
+                      attention_head_dim, "], got ", axes_dims_rope);
+  }
   const int64_t rope_sum = std::accumulate(axes_dims_rope.begin(), axes_dims_rope.end(), int64_t{0});
   TORCH_CHECK_VALUE(rope_sum == attention_head_dim,
                     "[flux] axes_dims_rope must sum to attention_head_dim (", attention_head_dim,
                     "), got ", axes_dims_rope);
-  for (int64_t d : axes_dims_rope) {
-    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[flux] axes_dims_rope entries must be even and >= 2, got ",
-                      axes_dims_rope);
-  }
 }
 
 std::vector<std::string> FluxConfig::preset_names() {

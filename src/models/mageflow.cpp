@@ -1,4 +1,5 @@
 #include "remat/models/mageflow.h"
+#include "remat/models/config_limits.h"
 #include "remat/error.h"
 
 #include <numeric>
@@ -34,6 +35,20 @@ std::vector<int64_t> cu_to_vector(const at::Tensor& cu, const char* name) {
   return out;
 }
 
+// Tokens of one image, (frames, h, w) = (1, h, w), with the product checked: img_shapes come from
+// files and callers, and a wrapped h * w (2^32 x 2^32 = 0 in int64) once passed the token check
+// and then sized the RoPE tables.
+int64_t image_tokens(const ImageShape& shape, size_t idx) {
+  const auto [frames, h, w] = shape;
+  TORCH_CHECK_VALUE(frames == 1, "[msrope] img_shapes[", idx, "] frames must be 1, got ", frames);
+  TORCH_CHECK_VALUE(h >= 1 && w >= 1, "[msrope] img_shapes[", idx, "] h and w must be >= 1, got ", h,
+                    "x", w);
+  int64_t tokens = 0;
+  TORCH_CHECK_VALUE(!__builtin_mul_overflow(h, w, &tokens), "[msrope] img_shapes[", idx, "] h x w = ", h,
+                    " x ", w, " overflows int64");
+  return tokens;
+}
+
 // Sample index of every token: (cu.back()) int64.
 at::Tensor token_samples(const std::vector<int64_t>& cu, c10::Device device) {
   const int64_t n = static_cast<int64_t>(cu.size()) - 1;
@@ -51,19 +66,28 @@ at::Tensor per_token(const at::Tensor& m, const at::Tensor& sample_index) {
 }  // namespace
 
 void MageFlowConfig::validate() const {
-  TORCH_CHECK_VALUE(num_heads >= 1 && hidden_size >= 1 && hidden_size % num_heads == 0,
+  // Each field is in its range before any product of fields is formed (config_limits.h).
+  const auto in_range = [](const char* name, int64_t value, int64_t low, int64_t high) {
+    TORCH_CHECK_VALUE(value >= low && value <= high, "[mageflow] ", name, " must be in [", low, ", ",
+                      high, "], got ", value);
+  };
+  in_range("hidden_size", hidden_size, 1, kMaxConfigWidth);
+  in_range("num_heads", num_heads, 1, kMaxConfigWidth);
+  TORCH_CHECK_VALUE(hidden_size % num_heads == 0,
                     "[mageflow] num_heads must divide hidden_size ", hidden_size, ", got ", num_heads);
   TORCH_CHECK_VALUE(head_dim() % 2 == 0, "[mageflow] head dim (hidden_size / num_heads) must be even, got ",
                     head_dim());
-  TORCH_CHECK_VALUE(depth >= 0, "[mageflow] depth must be >= 0, got ", depth);
-  TORCH_CHECK_VALUE(in_channels >= 1, "[mageflow] in_channels must be >= 1, got ", in_channels);
-  TORCH_CHECK_VALUE(output_channels() >= 1, "[mageflow] out_channels must be >= 1, got ", output_channels());
-  TORCH_CHECK_VALUE(context_in_dim >= 1, "[mageflow] context_in_dim must be >= 1, got ", context_in_dim);
-  TORCH_CHECK_VALUE(patch_size >= 1, "[mageflow] patch_size must be >= 1, got ", patch_size);
+  in_range("depth", depth, 0, kMaxConfigBlocks);
+  in_range("in_channels", in_channels, 1, kMaxConfigWidth);
+  in_range("out_channels", output_channels(), 1, kMaxConfigWidth);
+  in_range("context_in_dim", context_in_dim, 1, kMaxConfigWidth);
+  in_range("patch_size", patch_size, 1, kMaxConfigPatchSize);
   TORCH_CHECK_VALUE(axes_dim.size() == 3, "[mageflow] axes_dim must have 3 entries (frame, height, width), got ",
                     axes_dim);
   for (int64_t d : axes_dim) {
-    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0, "[mageflow] axes_dim entries must be even and >= 2, got ", axes_dim);
+    TORCH_CHECK_VALUE(d >= 2 && d % 2 == 0 && d <= head_dim(),
+                      "[mageflow] axes_dim entries must be even and in [2, head dim = ", head_dim(), "], got ",
+                      axes_dim);
   }
   const int64_t sum = std::accumulate(axes_dim.begin(), axes_dim.end(), int64_t{0});
   TORCH_CHECK_VALUE(sum == head_dim(), "[mageflow] axes_dim must sum to the head dim (", head_dim(),
@@ -153,9 +177,7 @@ RotaryTables mageflow_rope_tables(const std::vector<ImageShape>& img_shapes,
   std::vector<at::Tensor> angles;
   for (size_t idx = 0; idx < img_shapes.size(); ++idx) {
     const auto [frames, h, w] = img_shapes[idx];
-    TORCH_CHECK_VALUE(frames == 1, "[msrope] img_shapes[", idx, "] frames must be 1, got ", frames);
-    TORCH_CHECK_VALUE(h >= 1 && w >= 1, "[msrope] img_shapes[", idx, "] h and w must be >= 1, got ",
-                      h, "x", w);
+    image_tokens(img_shapes[idx], idx);  // checks frames, h, w and that h * w fits
     // Centred positions: h = 4 -> -2..1, h = 5 -> -3..1.
     const at::Tensor rows = torch::arange(h, f32) - static_cast<double>((h + 1) / 2);
     const at::Tensor cols = torch::arange(w, f32) - static_cast<double>((w + 1) / 2);
@@ -170,13 +192,21 @@ RotaryTables mageflow_rope_tables(const std::vector<ImageShape>& img_shapes,
 }
 
 PackedSamples PackedSamples::from_cu_seqlens(const at::Tensor& txt_cu_seqlens,
-                                             const at::Tensor& img_cu_seqlens, c10::Device device) {
+                                             const at::Tensor& img_cu_seqlens, c10::Device device,
+                                             std::optional<int64_t> txt_tokens,
+                                             std::optional<int64_t> img_tokens) {
   PackedSamples s;
   s.txt_cu = cu_to_vector(txt_cu_seqlens, "txt_cu_seqlens");
   s.img_cu = cu_to_vector(img_cu_seqlens, "img_cu_seqlens");
   TORCH_CHECK_VALUE(s.txt_cu.size() == s.img_cu.size(),
                     "[mageflow] txt_cu_seqlens and img_cu_seqlens must have the same length, got ",
                     s.txt_cu.size(), " and ", s.img_cu.size());
+  // Before the per-token index tensors are allocated: their size is the last entry, which a
+  // file may set to 2^28 for a pack of a few tokens.
+  TORCH_CHECK_VALUE(!img_tokens || s.img_cu.back() == *img_tokens, "[mageflow] img_cu_seqlens must end at ",
+                    img_tokens.value_or(0), " (image tokens), got ", s.img_cu.back());
+  TORCH_CHECK_VALUE(!txt_tokens || s.txt_cu.back() == *txt_tokens, "[mageflow] txt_cu_seqlens must end at ",
+                    txt_tokens.value_or(0), " (text tokens), got ", s.txt_cu.back());
   s.txt_sample = token_samples(s.txt_cu, device);
   s.img_sample = token_samples(s.img_cu, device);
   return s;
@@ -277,16 +307,16 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
                     "[mageflow] img must be (1, L, ", config_.in_channels, "), got shape ", img.sizes());
   TORCH_CHECK_VALUE(txt.dim() == 3 && txt.size(0) == 1 && txt.size(2) == config_.context_in_dim,
                     "[mageflow] txt must be (1, T, ", config_.context_in_dim, "), got shape ", txt.sizes());
-  const PackedSamples samples = PackedSamples::from_cu_seqlens(txt_cu_seqlens, img_cu_seqlens, img.device());
-  TORCH_CHECK_VALUE(samples.img_cu.back() == img.size(1), "[mageflow] img_cu_seqlens must end at ",
-                    img.size(1), " (image tokens), got ", samples.img_cu.back());
-  TORCH_CHECK_VALUE(samples.txt_cu.back() == txt.size(1), "[mageflow] txt_cu_seqlens must end at ",
-                    txt.size(1), " (text tokens), got ", samples.txt_cu.back());
+  const PackedSamples samples =
+      PackedSamples::from_cu_seqlens(txt_cu_seqlens, img_cu_seqlens, img.device(), txt.size(1), img.size(1));
   TORCH_CHECK_VALUE(timesteps.dim() == 1 && timesteps.size(0) == samples.num_samples(),
                     "[mageflow] timesteps must be (", samples.num_samples(), ") (one per sample), got shape ",
                     timesteps.sizes());
   int64_t shape_tokens = 0;
-  for (const auto& s : img_shapes) shape_tokens += s[0] * s[1] * s[2];
+  for (size_t i = 0; i < img_shapes.size(); ++i) {
+    TORCH_CHECK_VALUE(!__builtin_add_overflow(shape_tokens, image_tokens(img_shapes[i], i), &shape_tokens),
+                      "[mageflow] img_shapes must cover ", img.size(1), " image tokens, got more than 2^63");
+  }
   TORCH_CHECK_VALUE(shape_tokens == img.size(1), "[mageflow] img_shapes must cover ", img.size(1),
                     " image tokens, got ", shape_tokens);
   std::vector<bool> skipped(config_.depth, false);

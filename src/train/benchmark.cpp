@@ -16,7 +16,9 @@
 
 #include "remat/byte_size.h"
 #include "remat/memory.h"
+#include "remat/train/admission.h"
 #include "remat/train/auto_layout.h"
+#include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
 #include "remat/train/step.h"
@@ -121,13 +123,22 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
   TORCH_CHECK_VALUE(o.steps >= 1, "[bench] steps must be >= 1, got ", o.steps);
   TORCH_CHECK_VALUE(o.warmup >= 0, "[bench] warmup must be >= 0, got ", o.warmup);
   TORCH_CHECK_VALUE(o.lora_rank >= 0, "[bench] lora_rank must be >= 0 (0 = full fine-tune), got ", o.lora_rank);
-  TORCH_CHECK_VALUE(o.threads >= 0, "[bench] threads must be >= 0 (0 = LibTorch's default), got ", o.threads);
+  TORCH_CHECK_VALUE(o.threads >= 0 && o.threads <= kMaxNumThreads, "[bench] threads must be in [0, ", kMaxNumThreads,
+                    "] (0 = LibTorch's default), got ", o.threads);
   const at::Device device(o.device == "cuda" ? at::kCUDA : at::kCPU);
   TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(),
                     "[bench] device must be cpu on this machine (no CUDA device available), got 'cuda'");
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
   torch::manual_seed(o.seed);
 
+  if (!o.skip_memory_check) {
+    ModelUse use;
+    use.training = true;
+    use.lora_rank = o.lora_rank;
+    use.lora_target = o.lora_target;
+    use.lora_flag = "--lora_rank=16";
+    admit_model(o.model, use, device);
+  }
   auto model = make_transformer(o.model, device);
   const bool bf16 = o.dtype == "bfloat16";
   if (bf16) model->module().to(at::kBFloat16);

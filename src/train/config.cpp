@@ -5,12 +5,13 @@
 
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include "remat/io/bounded_json.h"
+#include "remat/io/files.h"
 #include "remat/train/options.h"
 #include "remat/train/safety_check.h"
 
@@ -69,16 +70,25 @@ bool is_bool_word(const std::string& s) {
 }  // namespace
 
 OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* unknown) {
-  std::ifstream in(path);
-  if (!in) {
-    throw ValidationError("config", path, "[train] config must be a readable JSON file, got '" + path + "'");
+  // Note [Bounded JSON] (remat/io/bounded_json.h): a regular file (a FIFO would block) of bounded
+  // size and depth, and messages that quote excerpts of values.
+  std::string text;
+  try {
+    text = io::read_regular_file(path, io::kMaxJsonFileBytes, "train", "config");
+  } catch (const c10::ValueError& e) {
+    throw ValidationError("config", path, "[train] config must be a readable JSON file, got '" + path +
+                                              "': " + e.what_without_backtrace());
   }
   nlohmann::json doc;
   try {
-    in >> doc;
+    io::check_json_text(text, io::kMaxJsonFileBytes, "[train] config '" + path + "'");
+    doc = nlohmann::json::parse(text);
+  } catch (const c10::ValueError& e) {
+    throw ValidationError("config", path, e.what_without_backtrace());
   } catch (const nlohmann::json::exception& e) {
     throw ValidationError("config", path,
-                          "[train] config must be valid JSON, got '" + path + "': " + e.what());
+                          "[train] config must be valid JSON, got '" + path +
+                              "': " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
   }
   if (!doc.is_object()) {
     throw ValidationError("config", path,
@@ -107,9 +117,10 @@ OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* 
     } else if (value.is_boolean() || value.is_number()) {
       values[spec->name] = value.dump();
     } else {
-      throw ValidationError(spec->name, value.dump(),
+      const std::string shown = io::json_excerpt(value);
+      throw ValidationError(spec->name, shown,
                             "[train] " + spec->name + " must be a single value (string, number, boolean or "
-                            "null), got " + value.dump());
+                            "null), got " + shown);
     }
   }
   return values;

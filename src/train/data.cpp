@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "remat/io/safetensors.h"
+#include "remat/memory.h"
 
 namespace remat::train {
 
@@ -144,11 +146,16 @@ LatentDataset LatentDataset::open(const std::string& dir, const LatentLayout& la
   LatentDataset dataset;
   dataset.dir_ = dir;
   dataset.layout_ = layout;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && entry.path().extension() == ".safetensors") {
-      dataset.paths_.push_back(entry.path().string());
-    }
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    // A sample whose status cannot be read (a symlink loop, a dangling link) is named, not
+    // skipped: the dataset would silently miss it. FIFOs and directories are not samples.
+    std::error_code entry_ec;
+    const bool regular = entry.is_regular_file(entry_ec);
+    TORCH_CHECK_VALUE(!entry_ec, "[LatentDataset] '", entry.path().string(), "' cannot be read: ", entry_ec.message());
+    if (regular) dataset.paths_.push_back(entry.path().string());
   }
+  TORCH_CHECK_VALUE(!ec, "[LatentDataset] cannot list '", dir, "': ", ec.message());
   TORCH_CHECK(!dataset.paths_.empty(), "[LatentDataset] '", dir,
               "' holds no .safetensors sample files");
   std::sort(dataset.paths_.begin(), dataset.paths_.end());
@@ -249,6 +256,54 @@ at::Tensor cosine_patterns(int64_t height, int64_t width) {
   return at::stack(patterns);
 }
 
+// What generating a demo dataset takes, in bytes: `memory` at the peak (the float64 world maps,
+// the cosine patterns and one sample's temporaries) and `disk` (every sample file). Computed with
+// checked arithmetic before anything is allocated: sizes come from flags, and a product that
+// wraps must not pass for a small one. nullopt when a figure would not fit int64.
+struct DemoBytes {
+  int64_t memory = 0;
+  int64_t disk = 0;
+};
+
+std::optional<DemoBytes> demo_dataset_bytes(const LatentLayout& layout, int64_t num_samples,
+                                            const DemoDatasetOptions& o) {
+  bool overflow = false;
+  const auto mul = [&](std::initializer_list<int64_t> factors) {
+    int64_t out = 1;
+    for (int64_t f : factors) overflow = overflow || __builtin_mul_overflow(out, f, &out);
+    return out;
+  };
+  const auto add = [&](int64_t a, int64_t b) {
+    int64_t out = 0;
+    overflow = overflow || __builtin_add_overflow(a, b, &out);
+    return out;
+  };
+  const int64_t k = o.concept_dim, L = o.text_tokens, D = o.joint_attention_dim, C = layout.channels;
+  const int64_t P = layout.pooled ? o.pooled_projection_dim : 0;
+  const int64_t element = static_cast<int64_t>(c10::elementSize(o.dtype));
+  const int64_t captions = o.num_captions > 0 ? o.num_captions : num_samples;
+  // The world: token_maps (L, k, D) with two temporaries of its size, the other maps, the codes.
+  int64_t memory = mul({3, L, k, D, 8});
+  memory = add(memory, mul({add(mul({k, add(D, add(P, mul({C, 9})))}), mul({captions, add(k, 1)})), 8}));
+  int64_t largest = 0, disk = 0;
+  for (const auto& [h, w] : o.sizes) {
+    memory = add(memory, mul({9, h, w, 8}));  // (9, H*W) patterns per size
+    largest = std::max(largest, mul({h, w}));
+  }
+  // One sample: latents (C, H, W) and its noise, sum and cast, the prompt (L, D).
+  memory = add(memory, mul({4, C, largest, 8}));
+  memory = add(memory, mul({2, L, D, 8}));
+  for (size_t i = 0; i < o.sizes.size(); ++i) {
+    // Samples cycle through the sizes: size i gets ceil((n - i) / sizes) of them.
+    const auto n = static_cast<int64_t>(o.sizes.size()), index = static_cast<int64_t>(i);
+    const int64_t count = add(num_samples - index, n - 1) / n;
+    const int64_t sample = add(mul({add(mul({C, o.sizes[i].first, o.sizes[i].second}), add(mul({L, D}), P)), element}), 4096);
+    disk = add(disk, mul({count, sample}));
+  }
+  if (overflow) return std::nullopt;
+  return DemoBytes{memory, disk};
+}
+
 }  // namespace
 
 LatentDataset make_demo_dataset(const std::string& dir, const LatentLayout& layout,
@@ -284,9 +339,24 @@ LatentDataset make_demo_dataset(const std::string& dir, const LatentLayout& layo
   TORCH_CHECK_VALUE(at::isFloatingType(options.dtype),
                     "[make_demo_dataset] dtype must be floating point, got ", options.dtype);
 
+  // Sizes that cannot fit are refused before anything is allocated or written.
+  const auto bytes = demo_dataset_bytes(layout, num_samples, options);
+  TORCH_CHECK_VALUE(bytes.has_value(), "[make_demo_dataset] the sizes (", num_samples, " samples, text_tokens ",
+                    options.text_tokens, ", joint_attention_dim ", options.joint_attention_dim,
+                    ", latent sizes up to the largest given) overflow int64 bytes; use smaller sizes");
+  const int64_t available = memory::available_bytes(at::Device(at::kCPU));
+  TORCH_CHECK_VALUE(bytes->memory <= available, "[make_demo_dataset] generating these samples needs about ",
+                    memory::format_bytes(bytes->memory), " of memory (text_tokens x concept_dim x joint_attention_dim "
+                    "float64 maps, latent patterns), but ", memory::format_bytes(available),
+                    " is available; use smaller sizes");
   std::error_code ec;
   fs::create_directories(dir, ec);
   TORCH_CHECK(!ec, "[make_demo_dataset] cannot create directory '", dir, "': ", ec.message());
+  const auto space = fs::space(dir, ec);
+  TORCH_CHECK_VALUE(ec || static_cast<uintmax_t>(bytes->disk) <= space.available, "[make_demo_dataset] the ",
+                    num_samples, " samples need about ", memory::format_bytes(bytes->disk), " on disk, but '", dir,
+                    "' has ", memory::format_bytes(static_cast<int64_t>(std::min<uintmax_t>(space.available, INT64_MAX))),
+                    " free; use fewer or smaller samples");
   for (const auto& entry : fs::directory_iterator(dir)) {
     // Stale samples from an earlier run would silently join the new dataset.
     TORCH_CHECK(entry.path().extension() != ".safetensors", "[make_demo_dataset] directory '", dir,

@@ -20,6 +20,7 @@
 #include <regex>
 
 #include "remat/checkpoint_plan.h"
+#include "remat/models/config_limits.h"
 #include "remat/train/family.h"
 
 namespace remat::train {
@@ -29,6 +30,19 @@ std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
   return s;
 }
+
+// Upper bounds of the integer options (every one has one: values come from files and flags, and
+// an unbounded count overflowed or hung; Note [Option bounds]). kMaxTrainSteps and
+// kMaxNumThreads are in remat/train/config.h, where the trainer and the benchmark use them too.
+// Note [Option bounds]
+// Each bound is far above any real run and low enough that no product the trainer forms from
+// option values (epochs x batches, batch x accumulation, steps x accumulation) can overflow int64.
+constexpr double kMaxLoraRank = 4096;          // the widest published transformers have width 3072-4096
+constexpr double kMaxBatch = 65536;            // samples per micro-batch, micro-batches per step
+constexpr double kMaxEpochs = 1'000'000;
+constexpr double kMaxSeed = 4294967295.0;      // 2^32 - 1
+constexpr double kMaxBlocks = models::kMaxConfigBlocks;  // blocks per stack
+constexpr double kMaxCheckpointsKept = 1'000'000;
 
 using T = OptionType;
 using C = TrainConfig;
@@ -87,7 +101,7 @@ std::vector<OptionSpec> build_registry() {
       .choices({"full", "lora"}));
   // ---- LoRA ----
   add(Opt(kLora, "lora_rank", T::Int, bind_field(&C::lora_rank), "Dimension of LoRA update matrices")
-      .min(1).depends("model_type", "lora"));
+      .min(1).max(kMaxLoraRank).depends("model_type", "lora"));
   add(Opt(kLora, "lora_alpha", T::Float, bind_field(&C::lora_alpha),
           "Scales the LoRA effect: scale = lora_alpha / lora_rank (usually equal to rank)")
       .min(0, true).nullable().depends("model_type", "lora").default_note("unset (= lora_rank)"));
@@ -114,20 +128,23 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("constant with lr_warmup_steps > 0 is treated as constant_with_warmup, as in "
                "SimpleTuner. cosine decays to 0 at the last step after the warmup."));
   add(Opt(kOptim, "lr_warmup_steps", T::Int, bind_field(&C::lr_warmup_steps),
-          "Number of steps to gradually increase LR from 0").min(0));
+          "Number of steps to gradually increase LR from 0").min(0).max(kMaxTrainSteps));
   add(Opt(kOptim, "max_grad_norm", T::Float, bind_field(&C::max_grad_norm),
           "Gradient clipping threshold to prevent exploding gradients (0 disables clipping)").min(0));
   // ---- Training ----
   add(Opt(kTraining, "train_batch_size", T::Int, bind_field(&C::train_batch_size),
-          "Number of samples processed per forward/backward pass").min(1));
+          "Number of samples processed per forward/backward pass").min(1).max(kMaxBatch));
   add(Opt(kTraining, "gradient_accumulation_steps", T::Int, bind_field(&C::gradient_accumulation_steps),
-          "Number of steps to accumulate gradients").min(1));
+          "Number of steps to accumulate gradients").min(1).max(kMaxBatch));
   add(Opt(kTraining, "max_train_steps", T::Int, bind_field(&C::max_train_steps),
-          "Maximum number of training steps (0 = use epochs instead)").min(0));
+          "Maximum number of training steps (0 = use epochs instead)").min(0).max(kMaxTrainSteps));
   add(Opt(kTraining, "num_train_epochs", T::Int, bind_field(&C::num_train_epochs),
-          "Number of passes over the data when max_train_steps is 0").min(1));
+          "Number of passes over the data when max_train_steps is 0").min(1).max(kMaxEpochs)
+      .tooltip("The steps it works out to (epochs x batches per epoch / gradient_accumulation_steps) "
+               "must also be at most " + std::to_string(kMaxTrainSteps) + "."));
+  // [0, 2^32 - 1]: the seeds numpy accepts, to which SimpleTuner passes its seed.
   add(Opt(kTraining, "seed", T::Int, bind_field(&C::seed), "Seed used for deterministic training behaviour")
-      .nullable().tooltip("Unset: a random seed, logged at start."));
+      .min(0).max(kMaxSeed).nullable().tooltip("Unset: a random seed, logged at start."));
   add(Opt(kTraining, "mixed_precision", T::Choice, bind_field(&C::mixed_precision),
           "Precision for training computations")
       .choices({"no", "bf16"})
@@ -154,14 +171,15 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kCkpt, "gradient_checkpointing_interval", T::Int, bind_interval(),
           "Checkpoint contiguous chunks of N transformer blocks (leave blank for per-block "
           "checkpointing)")
-      .min(1).keywords({"auto"}).nullable().checkpointing().depends("gradient_checkpointing", "true")
+      .min(1).max(kMaxBlocks).keywords({"auto"}).nullable().checkpointing()
+      .depends("gradient_checkpointing", "true")
       .tooltip("Higher values reduce recompute overhead but keep more activations in memory. Flux "
                "and MageFlow use contiguous chunked checkpointing on whole-block paths."));
   add(Opt(kCkpt, "gradient_checkpointing_segment_stride", T::Int,
           bind_field(&C::gradient_checkpointing_segment_stride),
           "Start a checkpointed chunk every N blocks; the blocks between chunks keep their "
           "activations (leave blank for N = interval)")
-      .min(1).nullable().checkpointing().depends("gradient_checkpointing", "true")
+      .min(1).max(kMaxBlocks).nullable().checkpointing().depends("gradient_checkpointing", "true")
       .at_least("gradient_checkpointing_interval")
       .tooltip("Must be at least the interval; needs an interval. With interval 2 and stride 4, "
                "blocks 0-1 are checkpointed, 2-3 run normally, 4-5 are checkpointed, and so on."));
@@ -190,10 +208,10 @@ std::vector<OptionSpec> build_registry() {
           "Directory where model checkpoints and logs will be saved"));
   add(Opt(kData, "checkpointing_steps", T::Int, bind_field(&C::checkpointing_steps),
           "Save a training checkpoint every N steps (0: only at the end)")
-      .min(0).alias("checkpoint_step_interval")
+      .min(0).max(kMaxTrainSteps).alias("checkpoint_step_interval")
       .tooltip("SimpleTuner's newer name checkpoint_step_interval is accepted too."));
   add(Opt(kData, "checkpoints_total_limit", T::Int, bind_field(&C::checkpoints_total_limit),
-          "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0));
+          "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0).max(kMaxCheckpointsKept));
   add(Opt(kData, "resume_from_checkpoint", T::Path, bind_field(&C::resume_from_checkpoint),
           "Select checkpoint to resume training from: a checkpoint directory, or latest")
       .keywords({"latest"}).nullable()
@@ -204,9 +222,16 @@ std::vector<OptionSpec> build_registry() {
       .pattern("auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a device index)")
       .tooltip("auto picks cuda when available, else cpu; cuda:1 is the second GPU."));
   add(Opt(kRuntime, "num_threads", T::Int, bind_field(&C::num_threads),
-          "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0));
+          "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0).max(kMaxNumThreads));
   add(Opt(kRuntime, "report_every", T::Int, bind_field(&C::report_every),
-          "Log loss, learning rate, step time and peak memory every N steps").min(1));
+          "Log loss, learning rate, step time and peak memory every N steps").min(1).max(kMaxTrainSteps));
+  // remat's own: SimpleTuner has no memory admission to override.
+  add(Opt(kRuntime, "skip_memory_check", T::Bool, bind_field(&C::skip_memory_check),
+          "Build the model even when its predicted memory exceeds what the device has available")
+      .tooltip("Before the model is allocated, its weights (and the gradients and AdamW state of the "
+               "trainable parameters) are predicted from its config and compared with the device's "
+               "available memory; a model that cannot fit is refused with both figures and the options "
+               "that would make it fit. This skips that check."));
   // clang-format on
   // The families' own options, each placed at the end of its section.
   for (const ModelFamily* f : model_families()) {

@@ -3,6 +3,7 @@
 // backend rules of its Flux/MageFlow transformers (MODELS.md §5). Rule numbers refer to the list
 // in safety_check.h.
 #include "remat/train/safety_check.h"
+#include "remat/models/config_limits.h"
 
 #include <algorithm>
 
@@ -53,11 +54,13 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
     errors.push_back({Diagnostic::Severity::Error, option, value, message});
   };
 
-  // 2. Interval: positive; 1 is per-block checkpointing, which is what "unset" means.
-  if (interval && *interval <= 0) {
+  // 2. Interval: positive; 1 is per-block checkpointing, which is what "unset" means. At most
+  //    models::kMaxConfigBlocks, the registry's bound (Note [Option bounds]), for configs built in code.
+  const std::string blocks = std::to_string(models::kMaxConfigBlocks);
+  if (interval && (*interval <= 0 || *interval > models::kMaxConfigBlocks)) {
     error("gradient_checkpointing_interval", std::to_string(*interval),
-          "[train] gradient_checkpointing_interval must be an integer >= 1 or auto (leave blank for "
-          "per-block checkpointing), got " + std::to_string(*interval));
+          "[train] gradient_checkpointing_interval must be an integer in [1, " + blocks + "] or auto (leave "
+          "blank for per-block checkpointing), got " + std::to_string(*interval));
     interval.reset();
   }
   if (interval && *interval == 1) interval.reset();
@@ -74,9 +77,9 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
   // 4. Stride.
   if (stride) {
     const std::string value = std::to_string(*stride);
-    if (*stride <= 0) {
+    if (*stride <= 0 || *stride > models::kMaxConfigBlocks) {
       error("gradient_checkpointing_segment_stride", value,
-            "[train] gradient_checkpointing_segment_stride must be an integer >= 1, got " + value);
+            "[train] gradient_checkpointing_segment_stride must be an integer in [1, " + blocks + "], got " + value);
     } else if (!family.segment_stride) {
       warnings.push_back("[train] gradient_checkpointing_segment_stride is not supported with " +
                          config.model_family + " models and is ignored (supported: " +

@@ -14,11 +14,14 @@
 
 #include "remat/io/safetensors.h"
 #include "remat/models/lora.h"
+#include "remat/io/files.h"
+#include "remat/train/admission.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
 #include "remat/train/schedule.h"
+#include "remat/train/startup_checks.h"
 #include "remat/train/step.h"
 #include "remat/train/training_state.h"
 #include "remat/train/transformer.h"
@@ -84,7 +87,8 @@ class Trainer {
   Batch next_batch();
   std::string save_checkpoint();
   std::string save_weights();
-  void resume(const std::string& path);
+  void resume(const std::string& path, int64_t batches_per_epoch);
+  int64_t steps_for_epochs(int64_t batches_per_epoch) const;
 
   // A step whose loss and gradient norm are still on the device (Note [Reading the loss]).
   struct PendingRecord {
@@ -120,18 +124,48 @@ void Trainer::setup() {
   torch::manual_seed(static_cast<uint64_t>(seed_));
   noise_generator_ = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) ^ 0x9e3779b97f4a7c15ULL);
 
+  // Note [Startup checks]: everything a user can get wrong is checked here, cheapest first and
+  // before any model or data is loaded or any output written: the paths, the checkpoint names,
+  // the model's memory, the data's shapes against the model. A run that fails, fails in seconds
+  // with the option named, and leaves no metrics.jsonl behind.
   if (!config_.instance_data_dir) {
     throw ValidationError("instance_data_dir", "",
                           "[train] instance_data_dir must name a latent-cache directory (one "
                           ".safetensors per sample; `remat make-demo-data --output DIR` writes one)");
   }
-  data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
+  check_data_dir(*config_.instance_data_dir);
+  check_output_dir(config_.output_dir);
+  for (const auto& line : remove_stale_checkpoint_temporaries(config_.output_dir)) {
+    hooks_.log("[train] interrupted checkpoint save: " + line);
+  }
+  list_training_checkpoints(config_.output_dir);  // names it cannot read fail now, not at the first prune
+  std::optional<std::string> resume_path;
+  if (config_.resume_from_checkpoint) {
+    resume_path = resolve_resume_path(*config_.resume_from_checkpoint, config_.output_dir);
+  }
 
   TransformerSpec spec;
   spec.family = config_.model_family;
   spec.preset = config_.model_flavour;
   spec.config_json = config_.pretrained_transformer_config;
   spec.weights = config_.pretrained_model_name_or_path;
+  if (spec.weights) io::require_regular_file(*spec.weights, "train", "pretrained_model_name_or_path");
+  if (!config_.skip_memory_check) {
+    ModelUse use;
+    use.training = true;
+    if (config_.model_type == "lora") {
+      use.lora_rank = config_.lora_rank;
+      use.lora_target = family_.lora_target(config_);
+    }
+    use.lora_flag = "--model_type=lora";
+    admit_model(spec, use, device_);
+  }
+  data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
+  if (family_.conditioning) {
+    const std::string name = spec.config_json ? "the model of " + *spec.config_json : spec.preset;
+    check_dataset_fits_model(*data_, family_.conditioning(spec), name);
+  }
+
   model_ = make_transformer(spec, device_);
   if (config_.model_type == "lora") {
     const std::string target = family_.lora_target(config_);
@@ -172,19 +206,12 @@ void Trainer::setup() {
   step_->add_observer(&peak_);
   if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing();
 
-  const int64_t batches_per_epoch =
-      static_cast<int64_t>(data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size).size());
-  total_steps_ = config_.max_train_steps > 0
-                     ? config_.max_train_steps
-                     : (config_.num_train_epochs * batches_per_epoch +
-                        config_.gradient_accumulation_steps - 1) /
-                           config_.gradient_accumulation_steps;
+  const int64_t batches_per_epoch = BatchSampler(data_->shapes(), config_.train_batch_size).batches_per_epoch();
+  total_steps_ = config_.max_train_steps > 0 ? config_.max_train_steps : steps_for_epochs(batches_per_epoch);
   schedule_ = LrSchedule{parse_lr_scheduler(config_.lr_scheduler), config_.learning_rate,
                          config_.lr_warmup_steps, std::max<int64_t>(total_steps_, 1)};
 
-  if (config_.resume_from_checkpoint) {
-    if (auto path = resolve_resume_path(*config_.resume_from_checkpoint, config_.output_dir)) resume(*path);
-  }
+  if (resume_path) resume(*resume_path, batches_per_epoch);
   epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), position_.epoch, config_.train_batch_size);
 }
 
@@ -209,28 +236,48 @@ void Trainer::plan_checkpointing() {
   }
 }
 
-void Trainer::resume(const std::string& path) {
+// The checkpoint is checked whole (validate_training_checkpoint) before anything is restored, so
+// a bad one changes nothing and names the file and the field.
+void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
   const TrainingCheckpoint checkpoint = load_training_checkpoint(path);
+  CheckpointExpectations expected;
+  for (const auto& [name, p] : trainable_) expected.trainable.emplace_back(name, p.sizes().vec());
+  expected.rng = {{"noise", noise_generator_.get_state().numel()},
+                  {"cpu", at::detail::getDefaultCPUGenerator().get_state().numel()}};
+  // A CUDA state is restored on a CUDA run and ignored on CPU; a run may move between them.
+  expected.optional_rng = {
+      {"cuda", device_.is_cuda() ? at::globalContext().defaultGenerator(device_).get_state().numel() : -1}};
+  expected.batches_per_epoch = batches_per_epoch;
+  expected.gradient_accumulation_steps = config_.gradient_accumulation_steps;
+  validate_training_checkpoint(checkpoint, path, expected);
+
   std::map<std::string, at::Tensor> saved(checkpoint.trainable.begin(), checkpoint.trainable.end());
-  std::vector<std::string> missing;
   {
     torch::NoGradGuard no_grad;
-    for (auto& [name, p] : trainable_) {
-      auto it = saved.find(name);
-      if (it == saved.end() || it->second.sizes() != p.sizes()) {
-        missing.push_back(name);
-        continue;
-      }
-      p.copy_(it->second);
-    }
+    for (auto& [name, p] : trainable_) p.copy_(saved.at(name));
   }
-  TORCH_CHECK_VALUE(missing.empty(), "[train] checkpoint ", path, " does not match this model: ",
-                    missing.size(), " trainable tensors missing or of another shape (first: ",
-                    missing.front(), "); resume with the same model_family, flavour and model_type");
   restore_adamw_state(*adamw_, trainable_, checkpoint.optimizer);
   restore_generators(checkpoint.rng, noise_generator_, device_);
   position_ = checkpoint.position;
   hooks_.log("[train] resumed from " + path + " at step " + std::to_string(position_.global_step));
+}
+
+// num_train_epochs as optimizer steps: ceil(epochs x batches per epoch / accumulation), checked
+// against overflow and kMaxTrainSteps (an epoch count of 2^63 - 1 once wrapped to 0 steps and
+// wrote untrained weights with exit 0).
+int64_t Trainer::steps_for_epochs(int64_t batches_per_epoch) const {
+  int64_t batches = 0;
+  const bool overflow = __builtin_mul_overflow(config_.num_train_epochs, batches_per_epoch, &batches);
+  const int64_t steps =
+      overflow ? 0 : batches / config_.gradient_accumulation_steps + (batches % config_.gradient_accumulation_steps != 0);
+  if (overflow || steps > kMaxTrainSteps) {
+    throw ValidationError("num_train_epochs", std::to_string(config_.num_train_epochs),
+                          "[train] num_train_epochs " + std::to_string(config_.num_train_epochs) + " x " +
+                              std::to_string(batches_per_epoch) + " batches per epoch / gradient_accumulation_steps " +
+                              std::to_string(config_.gradient_accumulation_steps) + " must be at most " +
+                              std::to_string(kMaxTrainSteps) + " steps; lower num_train_epochs or set max_train_steps");
+  }
+  return steps;
 }
 
 Batch Trainer::next_batch() {

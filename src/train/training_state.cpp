@@ -4,25 +4,43 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <regex>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <limits>
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include "remat/compat.h"
+#include "remat/io/bounded_json.h"
+#include "remat/io/files.h"
 
 namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
+constexpr const char* kTmpPrefix = ".tmp-checkpoint-";  // save_training_checkpoint's work directory
+constexpr const char* kOldPrefix = ".old-checkpoint-";  // a replaced checkpoint, until removed
 
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c); });
+}
+
+// The step of a directory named checkpoint-<digits>, nullopt for any other name. A step that
+// int64 cannot hold is a named error (it was `stoll`'s out_of_range, exit 1).
 std::optional<int64_t> checkpoint_step(const fs::path& dir) {
-  static const std::regex pattern("checkpoint-([0-9]+)");
-  std::smatch match;
   const std::string name = dir.filename().string();
-  if (!std::regex_match(name, match, pattern)) return std::nullopt;
-  return std::stoll(match[1].str());
+  if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(std::strlen(kPrefix));
+  if (!all_digits(digits)) return std::nullopt;
+  int64_t step = 0;
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  TORCH_CHECK_VALUE(error == std::errc() && end == digits.data() + digits.size(), "[checkpoint] '",
+                    dir.string(), "' is named like a checkpoint, but its step must be at most ",
+                    std::numeric_limits<int64_t>::max(), "; rename or remove it");
+  return step;
 }
 
 std::string unique_suffix() {
@@ -109,9 +127,11 @@ std::string save_training_checkpoint(const std::string& output_dir,
 
 TrainingCheckpoint load_training_checkpoint(const std::string& path) {
   const fs::path dir(path);
-  TORCH_CHECK_VALUE(fs::is_directory(dir), "[checkpoint] resume_from_checkpoint must be a checkpoint "
+  std::error_code ec;
+  TORCH_CHECK_VALUE(fs::is_directory(dir, ec), "[checkpoint] resume_from_checkpoint must be a checkpoint "
                     "directory (output_dir/checkpoint-<step>) or 'latest', got '", path, "'");
   TrainingCheckpoint checkpoint;
+  checkpoint.position = read_training_position((dir / "state.json").string(), &checkpoint.facts);
   const auto read_all = [&](const char* file) {
     const auto st = io::SafetensorsFile::open((dir / file).string());
     std::vector<io::NamedTensor> tensors;
@@ -121,19 +141,6 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path) {
   checkpoint.trainable = read_all("trainable.safetensors");
   checkpoint.optimizer = read_all("optimizer.safetensors");
   checkpoint.rng = read_all("rng.safetensors");
-  const fs::path state_path = dir / "state.json";
-  std::ifstream in(state_path);
-  TORCH_CHECK_VALUE(in.good(), "[checkpoint] missing ", state_path.string());
-  nlohmann::json state;
-  try {
-    in >> state;
-    checkpoint.position.global_step = state.at("global_step").get<int64_t>();
-    checkpoint.position.epoch = state.at("epoch").get<int64_t>();
-    checkpoint.position.batch_in_epoch = state.at("batch_in_epoch").get<int64_t>();
-    checkpoint.facts = state.value("facts", std::map<std::string, std::string>{});
-  } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK_VALUE(false, "[checkpoint] ", state_path.string(), " is not a valid state file: ", e.what());
-  }
   return checkpoint;
 }
 
@@ -141,14 +148,48 @@ std::vector<std::string> list_training_checkpoints(const std::string& output_dir
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(output_dir, ec)) return {};
-  for (const auto& entry : fs::directory_iterator(output_dir)) {
-    if (!entry.is_directory()) continue;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) {
+    // An entry whose status cannot be read (a symlink loop) is not a checkpoint.
+    std::error_code entry_ec;
+    if (!entry.is_directory(entry_ec) || entry_ec) continue;
     if (auto step = checkpoint_step(entry.path())) found.emplace_back(*step, entry.path().string());
   }
+  TORCH_CHECK_VALUE(!ec, "[checkpoint] cannot list output_dir '", output_dir, "': ", ec.message());
   std::sort(found.begin(), found.end());
   std::vector<std::string> paths;
   for (auto& [step, p] : found) paths.push_back(std::move(p));
   return paths;
+}
+
+std::vector<std::string> remove_stale_checkpoint_temporaries(const std::string& output_dir) {
+  std::vector<std::string> done;
+  std::error_code ec;
+  if (!fs::is_directory(output_dir, ec)) return done;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(output_dir, ec)) stale.push_back(entry.path());
+  for (const auto& path : stale) {
+    const std::string name = path.filename().string();
+    if (name.rfind(kTmpPrefix, 0) == 0) {
+      // A save that never reached its rename: incomplete by construction.
+      fs::remove_all(path, ec);
+      if (!ec) done.push_back("removed " + path.string());
+    } else if (name.rfind(kOldPrefix, 0) == 0) {
+      // A replaced checkpoint (".old-checkpoint-<step>-<suffix>"): complete. If the save that
+      // replaced it stopped before its own rename, it is the only copy of that step: put it back.
+      const std::string rest = name.substr(std::strlen(kOldPrefix));
+      const std::string step = rest.substr(0, rest.find('-'));
+      if (!all_digits(step)) continue;  // not one of ours
+      const fs::path final_dir = path.parent_path() / (kPrefix + step);
+      if (!fs::exists(final_dir, ec)) {
+        fs::rename(path, final_dir, ec);
+        if (!ec) done.push_back("restored " + final_dir.string() + " from " + path.string());
+      } else {
+        fs::remove_all(path, ec);
+        if (!ec) done.push_back("removed " + path.string());
+      }
+    }
+  }
+  return done;
 }
 
 std::optional<std::string> resolve_resume_path(const std::string& resume_from_checkpoint,
@@ -159,7 +200,8 @@ std::optional<std::string> resolve_resume_path(const std::string& resume_from_ch
     if (all.empty()) return std::nullopt;
     return all.back();
   }
-  TORCH_CHECK_VALUE(fs::is_directory(resume_from_checkpoint),
+  std::error_code ec;
+  TORCH_CHECK_VALUE(fs::is_directory(resume_from_checkpoint, ec),
                     "[checkpoint] resume_from_checkpoint must be 'latest' or an existing checkpoint "
                     "directory, got '", resume_from_checkpoint, "'");
   return resume_from_checkpoint;

@@ -7,6 +7,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "remat/io/bounded_json.h"
 #include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/options.h"
@@ -32,8 +33,11 @@ bool holds(const TrainConfig& config, const OptionDependency& dep) {
 }  // namespace
 
 std::string unknown_option_message(std::string_view name, const std::string& where) {
-  return "[train] unknown option '" + std::string(name) + "'" + where + " (did you mean '" +
-         closest_option(name) + "'?)";
+  // A key from a file may be megabytes long: the message quotes its head, and the edit distance
+  // (quadratic) only compares a head no option name is longer than.
+  const std::string_view head = name.substr(0, 200);
+  return "[train] unknown option '" + io::text_excerpt(name) + "'" + where + " (did you mean '" +
+         closest_option(head) + "'?)";
 }
 
 std::vector<Diagnostic> dependency_diagnostics(TrainConfig& config, bool checkpointing) {

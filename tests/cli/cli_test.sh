@@ -62,6 +62,116 @@ expect 2 "missing: " -- "$remat" forward --model_family flux --model_flavour flu
 expect 2 "shape-mismatched" -- "$remat" forward --model_family flux --model_flavour flux-small --weights "$work/w.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
 [[ ! -e "$work/o.safetensors" ]] || { echo "FAIL: an output was written after an error"; failures=$((failures + 1)); }
 
+# ---- Malformed inputs and faults (issue 9): each is a named error with exit code 2, found before
+# any model or data loads and before anything is written. Small inputs live in
+# tests/data/regressions; large ones (100k-deep JSON) are generated here.
+regressions="$(cd "$(dirname "$0")/../data/regressions" && pwd)"
+deep=$(head -c 100000 /dev/zero | tr '\0' '[')$(head -c 100000 /dev/zero | tr '\0' ']')
+u64le() { local n=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((n >> (8 * i)) & 255)))"; done; }
+header_length() { od -An -t u8 -N 8 "$1" | tr -d ' '; }
+# expect_quick: as expect, but the command must finish within 60 s (a hang or an allocation bomb
+# fails instead of stalling the suite).
+expect_quick() { local code=$1 text=$2; shift 3; expect "$code" "$text" -- timeout 60 "$@"; }
+# A tiny Flux run's data (flux-tiny widths) and the flags of a short run on it.
+"$remat" make-demo-data --output "$work/data" --samples 4 --size 8 --text_tokens 8 --joint_dim 32 --pooled_dim 16 > /dev/null \
+  || failures=$((failures + 1))
+tiny=(--model_family=flux --model_flavour=flux-tiny --instance_data_dir="$work/data" --train_batch_size=2
+      --mixed_precision=no --lora_rank=2 --report_every=1 --num_threads=1)
+
+# 1. 100k-deep JSON: a config value, a safetensors __metadata__ (stack overflow before).
+printf '{"seed": %s}' "$deep" > "$work/deep.json"
+expect_quick 2 "nests arrays and objects deeper than 64 levels" -- "$remat" train --config "$work/deep.json"
+meta="{\"__metadata__\":{\"k\":$deep}}"
+{ u64le ${#meta}; printf '%s' "$meta"; } > "$work/deep.safetensors"
+expect_quick 2 "header nests arrays and objects deeper than 64 levels" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/deep.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+
+# 2. A checkpoint's state.json with a negative batch_in_epoch (a crash on resume before).
+"$remat" train "${tiny[@]}" --output_dir="$work/ckpt" --max_train_steps=2 > /dev/null 2>&1 || failures=$((failures + 1))
+cp "$regressions/state_negative_batch_in_epoch.json" "$work/ckpt/checkpoint-2/state.json"
+expect_quick 2 "state.json': batch_in_epoch must be an integer in [0, " -- "$remat" train "${tiny[@]}" --output_dir="$work/ckpt" --max_train_steps=4
+
+# 3. Weights whose header length is one byte short (every float read one byte early, exit 0
+#    before) and weights with bytes appended.
+n=$(header_length "$work/w.safetensors")
+{ head -c $((8 + n)) "$work/w.safetensors"; printf ' '; tail -c +$((9 + n)) "$work/w.safetensors"; } > "$work/short_header.safetensors"
+expect_quick 2 "the header length is wrong" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/short_header.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+{ cat "$work/w.safetensors"; printf 'tail'; } > "$work/appended.safetensors"
+expect_quick 2 "or bytes were appended" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/appended.safetensors" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+
+# 4. Counts and shapes from files and flags: overflow-checked and bounded before allocating.
+"$remat" init --model_family mageflow --model_flavour mageflow-tiny --output "$work/mw.safetensors" > /dev/null || failures=$((failures + 1))
+expect_quick 2 "h x w = 4294967296 x 4294967296 overflows int64" -- "$remat" forward --model_family mageflow --model_flavour mageflow-tiny --weights "$work/mw.safetensors" --inputs "$regressions/mageflow_img_shapes_2e32.safetensors" --output "$work/o.safetensors"
+expect_quick 2 "img_cu_seqlens must end at 4 (image tokens), got 268435456" -- "$remat" forward --model_family mageflow --model_flavour mageflow-tiny --weights "$work/mw.safetensors" --inputs "$regressions/mageflow_img_cu_seqlens_2e28.safetensors" --output "$work/o.safetensors"
+expect_quick 2 "num_layers must be in [0, 1024], got 1000000000" -- "$remat" init --model_family flux --pretrained_transformer_config "$regressions/flux_config_num_layers_1e9.json" --output "$work/x.safetensors"
+expect_quick 2 "num_train_epochs must be an integer in [1, 1000000]" -- "$remat" train --num_train_epochs=9223372036854775807
+expect_quick 2 "seed must be an integer in [0, 4294967295]" -- "$remat" init --model_flavour flux-tiny --seed 99999999999999999999 --output "$work/x.safetensors"
+expect_quick 2 "seed must be an integer in [0, 4294967295]" -- "$remat" make-demo-data --output "$work/seed-data" --seed 99999999999999999999
+expect_quick 2 "needs about" -- "$remat" make-demo-data --output "$work/huge-data" --size 4096 --text_tokens 65536 --joint_dim 65536
+
+# 5. Memory admission: flux-dev (no flavour given: the family's default, 12B parameters) is
+#    refused in seconds with both figures (the kernel's OOM killer ended it before).
+available_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+if ((available_kib > 44 * 1024 * 1024)); then
+  echo "skip: memory admission of flux-dev (this machine has more than the 44 GiB it needs)"
+else
+start=$SECONDS
+expect_quick 2 "[memory] flux-dev (11,927,557,184 parameters, 26,148,864 trainable) LoRA training needs" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
+expect_quick 2 "available. These would fit: --model_flavour=flux-tiny" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
+((SECONDS - start < 60)) || { echo "FAIL: admission took $((SECONDS - start)) s"; failures=$((failures + 1)); }
+[[ ! -e "$work/dev/metrics.jsonl" ]] || { echo "FAIL: metrics.jsonl written before admission"; failures=$((failures + 1)); }
+expect_quick 2 "[memory] flux-dev" -- "$remat" init --model_family flux --model_flavour flux-dev --output "$work/x.safetensors"
+fi
+expect_quick 0 "wrote" -- "$remat" init --model_flavour flux-tiny --skip_memory_check --output "$work/x.safetensors"
+
+# 6. Nothing blocks: a FIFO as a file path, 100000 threads.
+mkfifo "$work/fifo"
+expect_quick 2 "(a FIFO)" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/fifo" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
+expect_quick 2 "(a FIFO)" -- "$remat" train --config "$work/fifo"
+expect_quick 2 "(a FIFO)" -- "$remat" init --model_family flux --pretrained_transformer_config "$work/fifo" --output "$work/x.safetensors"
+expect_quick 2 "num_threads must be an integer in [0, 1024], got '100000'" -- "$remat" bench --model_family flux --num_threads 100000
+
+# 7. Named errors, not raw ones with exit 1: a checkpoint name past int64, an output_dir that is
+#    a file, symlink loops in the data or output directory.
+mkdir -p "$work/names/checkpoint-99999999999999999999"
+expect_quick 2 "checkpoint-99999999999999999999' is named like a checkpoint" -- "$remat" train "${tiny[@]}" --output_dir="$work/names" --max_train_steps=1
+printf 'x' > "$work/a-file"
+expect_quick 2 "output_dir must be a writable directory, got '$work/a-file': it is not a directory" -- "$remat" train "${tiny[@]}" --output_dir="$work/a-file" --max_train_steps=1
+ln -s "$work/loop" "$work/loop"
+expect_quick 2 "output_dir must be a writable directory, got '$work/loop': Too many levels of symbolic links" -- "$remat" train "${tiny[@]}" --output_dir="$work/loop" --max_train_steps=1
+cp -r "$work/data" "$work/loop-data" && ln -s "$work/loop-data/x.safetensors" "$work/loop-data/x.safetensors"
+expect_quick 2 "x.safetensors' cannot be read: Too many levels of symbolic links" -- "$remat" train "${tiny[@]}" --instance_data_dir="$work/loop-data" --output_dir="$work/loop-out" --max_train_steps=1
+
+# 8. Nothing written before an error: data of another width, an unwritable bench report; stale
+#    temporary checkpoints removed; SIGTERM saves a checkpoint like Ctrl-C.
+"$remat" make-demo-data --output "$work/wide" --samples 2 --size 8 --text_tokens 8 --joint_dim 64 --pooled_dim 16 > /dev/null || failures=$((failures + 1))
+expect_quick 2 "holds samples with prompt_embeds width D = 64" -- "$remat" train "${tiny[@]}" --instance_data_dir="$work/wide" --output_dir="$work/wide-out" --max_train_steps=1
+[[ ! -e "$work/wide-out/metrics.jsonl" ]] || { echo "FAIL: metrics.jsonl written before the data check"; failures=$((failures + 1)); }
+out=$(timeout 60 "$remat" bench --model_family flux --layouts off --steps 1 --warmup 0 --json "$work" 2>&1)
+status=$?
+if [[ $status -ne 2 || "$out" != *"--json must be a file in a writable directory"* || "$out" == *"predicted peak"* ]]; then
+  echo "FAIL: bench --json DIR: exit $status (want 2, before the run); output:"; echo "$out" | head -5
+  failures=$((failures + 1))
+else
+  echo "ok: bench --json DIR -> 2 before the run"
+fi
+mkdir -p "$work/stale/.tmp-checkpoint-9-123"
+"$remat" train "${tiny[@]}" --output_dir="$work/stale" --max_train_steps=1 > /dev/null 2>&1 || failures=$((failures + 1))
+[[ ! -e "$work/stale/.tmp-checkpoint-9-123" ]] && echo "ok: stale .tmp-checkpoint-* removed" \
+  || { echo "FAIL: stale .tmp-checkpoint-9-123 left in place"; failures=$((failures + 1)); }
+"$remat" train "${tiny[@]}" --output_dir="$work/term" --max_train_steps=100000 --checkpointing_steps=0 > "$work/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do [[ -s "$work/term/metrics.jsonl" ]] && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+status=$?
+if [[ $status -eq 143 ]] && ls -d "$work"/term/checkpoint-* > /dev/null 2>&1 && grep -q "SIGTERM: saving a checkpoint" "$work/term.log"; then
+  echo "ok: SIGTERM saved $(ls -d "$work"/term/checkpoint-* | head -1 | xargs basename) and exited 143"
+else
+  echo "FAIL: SIGTERM: exit $status (want 143), checkpoints: $(ls "$work/term" 2>&1 | tr '\n' ' ')"
+  tail -3 "$work/term.log"
+  failures=$((failures + 1))
+fi
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1

@@ -1,6 +1,7 @@
 // Tests of remat::io safetensors reading, writing and module loading. On-disk layouts are built
 // and parsed by hand here (independently of the writer and the reader).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -77,6 +78,11 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
     return;
   }
   ADD_FAILURE() << "expected an error";
+}
+
+// A file of tests/data/regressions (inputs that once crashed or misread; fuzzing seeds too).
+std::string regression(const std::string& name) {
+  return std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/" + name;
 }
 
 std::vector<remat::io::NamedTensor> every_dtype() {
@@ -350,6 +356,56 @@ TEST_F(SafetensorsTest, CorruptFilesGiveClearErrors) {
   remat::io::save_safetensors(path("ok.safetensors"), {{"w", torch::ones({1})}});
   expect_error([&] { SafetensorsFile::open(path("ok.safetensors")).info("nope"); },
                {"no tensor named 'nope'", path("ok.safetensors")});
+}
+
+// Note [Exact data section]: each of these files opened before (the first read every float one
+// byte early, so `remat forward` wrote all-NaN output with exit 0).
+TEST_F(SafetensorsTest, HeaderMustDescribeExactlyTheDataSection) {
+  const auto check = [](const std::string& file, std::initializer_list<std::string> needles) {
+    SCOPED_TRACE(file);
+    std::vector<std::string> all(needles);
+    all.push_back(file);
+    expect_error([&] { SafetensorsFile::open(regression(file)); }, all);
+  };
+  check("safetensors_header_one_byte_short.safetensors",
+        {"the tensors cover 8 bytes but the data section has 9 bytes", "the header length is wrong"});
+  check("safetensors_trailing_bytes.safetensors", {"the tensors cover 8 bytes but the data section has 12 bytes"});
+  check("safetensors_overlapping_offsets.safetensors", {"tensor 'b'", "[4,12]", "covered up to byte 8", "overlap"});
+  check("safetensors_aliased_offsets.safetensors", {"[0,8]", "covered up to byte 8", "overlap"});
+  check("safetensors_gap_before_tensor.safetensors", {"tensor 'w'", "[4,8]", "covered up to byte 0", "gap"});
+
+  // Empty tensors at a boundary tile like any other; a file without tensors has no data section.
+  const std::string eight(8, '\0');
+  write_bytes(path("empty_ok.safetensors"),
+              raw_file(R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]},)"
+                       R"("w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                       eight));
+  EXPECT_EQ(SafetensorsFile::open(path("empty_ok.safetensors")).names().size(), 2u);
+  write_bytes(path("no_tensors.safetensors"), raw_file("{}", "x"));
+  expect_error([&] { SafetensorsFile::open(path("no_tensors.safetensors")); },
+               {"the tensors cover 0 bytes but the data section has 1 bytes"});
+}
+
+// Note [Bounded JSON]: 100k levels in __metadata__ or in a shape once overflowed the stack (the
+// error message dumped the value recursively); now the depth is refused before parsing, and
+// values that parse are quoted as bounded excerpts.
+TEST_F(SafetensorsTest, DeeplyNestedHeaderIsRefusedBeforeParsing) {
+  const auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  write_bytes(path("deep_meta.safetensors"), raw_file(R"({"__metadata__":{"k":)" + nested(100000) + "}}", ""));
+  expect_error([&] { SafetensorsFile::open(path("deep_meta.safetensors")); },
+               {"header nests arrays and objects deeper than 64 levels"});
+  write_bytes(path("deep_shape.safetensors"),
+              raw_file(R"({"w":{"dtype":"F32","shape":)" + nested(100000) + R"(,"data_offsets":[0,0]}})", ""));
+  expect_error([&] { SafetensorsFile::open(path("deep_shape.safetensors")); }, {"deeper than 64 levels"});
+  write_bytes(path("meta_60.safetensors"), raw_file(R"({"__metadata__":{"k":)" + nested(60) + "}}", ""));
+  expect_error([&] { SafetensorsFile::open(path("meta_60.safetensors")); },
+               {"__metadata__ value of 'k' must be a string, got [[[[[...]]]]]"});
+}
+
+TEST_F(SafetensorsTest, FifoIsRefusedWithoutBlocking) {
+  // open(2) of a FIFO without a writer blocked forever; `remat forward --weights FIFO` hung.
+  ASSERT_EQ(::mkfifo(path("pipe.safetensors").c_str(), 0600), 0);
+  expect_error([&] { SafetensorsFile::open(path("pipe.safetensors")); }, {"not a regular file"});
 }
 
 TEST_F(SafetensorsTest, FailedSaveLeavesTheOldFileAndNoTemporary) {

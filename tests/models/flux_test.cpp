@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "models/model_test_util.h"
 #include "models/reference_ops.h"
@@ -220,6 +221,38 @@ TEST_F(FluxTest, ConfigFromDiffusersJson) {
     EXPECT_NE(std::string(e.what()).find("axes_dims_rope"), std::string::npos) << e.what();
   }
   EXPECT_THROW(FluxConfig::preset("flux-huge"), c10::ValueError);
+}
+
+// A config.json from anywhere: sizes are bounded (remat/models/config_limits.h) before anything is
+// built, integers past int64 are refused, and a 100k-deep value is refused before parsing.
+TEST_F(FluxTest, ConfigJsonIsBounded) {
+  const auto error_of = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const c10::ValueError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "expected a c10::ValueError";
+    return "";
+  };
+  // `num_layers: 1000000000` once built layers until memory ran out.
+  const std::string layers = error_of([] {
+    FluxConfig::from_json_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/flux_config_num_layers_1e9.json");
+  });
+  EXPECT_NE(layers.find("[flux] num_layers must be in [0, 1024], got 1000000000"), std::string::npos) << layers;
+  const std::string wide = error_of([] {
+    FluxConfig::from_json_string(R"({"num_attention_heads": 65536, "attention_head_dim": 65536, "axes_dims_rope": [2]})");
+  });
+  EXPECT_NE(wide.find("hidden size num_attention_heads x attention_head_dim must be at most 65536"), std::string::npos)
+      << wide;
+  const std::string big = error_of([] { FluxConfig::from_json_string(R"({"num_layers": 18446744073709551615})"); });
+  EXPECT_NE(big.find("'num_layers' must be an integer (64-bit), got 18446744073709551615"), std::string::npos) << big;
+  const std::string deep = error_of([] {
+    FluxConfig::from_json_string(R"({"num_layers": )" + std::string(100000, '[') + std::string(100000, ']') + "}");
+  });
+  EXPECT_NE(deep.find("deeper than 64 levels"), std::string::npos) << deep;
+  EXPECT_NE(error_of([] { FluxConfig::from_json_string(R"({"num_layers": [[[[[[1]]]]]]})"); }).find("got [[[[[...]]]]]"),
+            std::string::npos);
 }
 
 TEST_F(FluxTest, RejectsBadInputs) {

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "models/model_test_util.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
+#include "remat/models/mageflow.h"
 
 namespace remat::models {
 namespace {
@@ -87,6 +90,63 @@ TEST_F(LoraTest, PresetsMatchTheDocumentedModules) {
     EXPECT_NE(std::string(e.what()).find("ai-toolkit"), std::string::npos);
   }
   EXPECT_THROW(mageflow_lora_target_modules("all"), c10::ValueError);
+}
+
+// linear_layers lists exactly the model's Linear modules (names and shapes) from the config alone,
+// and lora_parameter_count equals what apply_lora adds: memory admission sizes a LoRA run of
+// flux-dev with them without allocating 12B parameters.
+std::vector<LinearShape> built_linears(torch::nn::Module& model) {
+  std::vector<LinearShape> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value())) {
+      const auto w = linear->weight;
+      out.push_back({item.key(), w.size(1), w.size(0)});
+    }
+  }
+  return out;
+}
+
+void expect_same_layers(std::vector<LinearShape> a, std::vector<LinearShape> b) {
+  const auto by_name = [](const LinearShape& x, const LinearShape& y) { return x.name < y.name; };
+  std::sort(a.begin(), a.end(), by_name);
+  std::sort(b.begin(), b.end(), by_name);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(a[i].in_features, b[i].in_features) << a[i].name;
+    EXPECT_EQ(a[i].out_features, b[i].out_features) << a[i].name;
+  }
+}
+
+int64_t lora_numel(torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : lora_parameters(model)) n += p.numel();
+  return n;
+}
+
+TEST_F(LoraTest, LinearLayersAndLoraCountsWithoutBuilding) {
+  for (const std::string name : {"flux-tiny", "flux-small"}) {
+    for (const std::string preset : flux_lora_target_preset_names()) {
+      SCOPED_TRACE(name + " " + preset);
+      if (name == "flux-tiny" && (preset == "tiny" || preset == "nano")) continue;  // blocks 7 and 20 only
+      Flux model(FluxConfig::preset(name));
+      expect_same_layers(linear_layers(FluxConfig::preset(name)), built_linears(*model));
+      const int64_t predicted = lora_parameter_count(linear_layers(FluxConfig::preset(name)),
+                                                     flux_lora_target_modules(preset), 3);
+      apply_lora(*model, flux_lora_target_modules(preset), 3, 3.0);
+      EXPECT_EQ(predicted, lora_numel(*model));
+    }
+  }
+  MageFlow mage(MageFlowConfig::preset("mageflow-tiny"));
+  expect_same_layers(linear_layers(MageFlowConfig::preset("mageflow-tiny")), built_linears(*mage));
+  const int64_t predicted = lora_parameter_count(linear_layers(MageFlowConfig::preset("mageflow-tiny")),
+                                                 mageflow_lora_target_modules("default"), 2);
+  apply_lora(*mage, mageflow_lora_target_modules("default"), 2, 2.0);
+  EXPECT_EQ(predicted, lora_numel(*mage));
+  // flux-dev, never built: rank 16 on `all` (attention of both streams): 19 double blocks x 8 +
+  // 38 single blocks x 3 projections of 3072 x 3072, each 16 x (3072 + 3072).
+  EXPECT_EQ(lora_parameter_count(linear_layers(FluxConfig::preset("flux-dev")), flux_lora_target_modules("all"), 16),
+            (19 * 8 + 38 * 3) * 16 * (3072 + 3072));
 }
 
 }  // namespace

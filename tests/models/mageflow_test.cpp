@@ -11,6 +11,7 @@
 #include "remat/io/safetensors.h"
 #include "remat/models/lora.h"
 #include "remat/models/mageflow.h"
+#include "remat/memory.h"
 #include "temp_dir.h"
 
 namespace remat::models {
@@ -342,6 +343,38 @@ TEST_F(MageFlowModelTest, LoraDefaultTargetsAndInputErrors) {
   }
   EXPECT_THROW(model_->forward(inputs_[0], inputs_[1], timesteps_.narrow(0, 0, 1), shapes_, img_cu_, txt_cu_),
                c10::Error);
+}
+
+// Shapes from a file are checked with overflow-checked arithmetic before anything is sized by
+// them: img_shapes of 2^32 x 2^32 wrapped h * w to 0, passed the token check for an empty image
+// stream and then sized RoPE tables for 2^32 positions (22 GB before the limit); img_cu_seqlens
+// ending at 2^28 allocated 2.2 GB of token indices before the check that it ends at the pack's
+// token count.
+TEST_F(MageFlowTest, FileShapesAreCheckedBeforeAllocating) {
+  MageFlow model(MageFlowConfig::preset("mageflow-tiny"));
+  const auto run = [&](const std::string& file) -> std::string {
+    const auto inputs = io::SafetensorsFile::open(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/" + file);
+    const at::Tensor shapes = inputs.tensor("img_shapes");
+    std::vector<ImageShape> img_shapes;
+    for (int64_t i = 0; i < shapes.size(0); ++i) {
+      img_shapes.push_back({shapes[i][0].item<int64_t>(), shapes[i][1].item<int64_t>(), shapes[i][2].item<int64_t>()});
+    }
+    memory::PeakScope scope;
+    try {
+      torch::NoGradGuard no_grad;
+      model->forward(inputs.tensor("img"), inputs.tensor("txt"), inputs.tensor("timesteps"), img_shapes,
+                     inputs.tensor("img_cu_seqlens"), inputs.tensor("txt_cu_seqlens"));
+    } catch (const c10::ValueError& e) {
+      EXPECT_LT(scope.peak_delta(), int64_t{16} << 20) << file << ": allocated before the check";
+      return e.what();
+    }
+    ADD_FAILURE() << file << ": expected a c10::ValueError";
+    return "";
+  };
+  const std::string wrapped = run("mageflow_img_shapes_2e32.safetensors");
+  EXPECT_NE(wrapped.find("img_shapes[0] h x w = 4294967296 x 4294967296 overflows int64"), std::string::npos) << wrapped;
+  const std::string cu = run("mageflow_img_cu_seqlens_2e28.safetensors");
+  EXPECT_NE(cu.find("img_cu_seqlens must end at 4 (image tokens), got 268435456"), std::string::npos) << cu;
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // unknown keys, cross-option rules and byte-size parsing.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -58,14 +60,16 @@ bool contains(const std::vector<std::string>& warnings, const std::string& fragm
 TEST(CommandLine, EveryForm) {
   const auto c = load({"--lora_rank=32", "--learning_rate", "1e-4", "--model_type=lora",
                        "--flow_use_uniform_schedule", "--gradient_checkpointing=false",
-                       "--seed", "-7", "--model_family", "mageflow"});
+                       "--seed", "7", "--model_family", "mageflow"});
   EXPECT_EQ(c.lora_rank, 32);
   EXPECT_DOUBLE_EQ(c.learning_rate, 1e-4);
   EXPECT_EQ(c.model_type, "lora");
   EXPECT_TRUE(c.flow_use_uniform_schedule);
   EXPECT_FALSE(c.gradient_checkpointing);
-  EXPECT_EQ(c.seed, -7);
+  EXPECT_EQ(c.seed, 7);
   EXPECT_EQ(c.model_family, "mageflow");
+  // A value that starts with '-' is the value, not a flag (seeds are in [0, 2^32 - 1]).
+  expect_error([] { load({"--seed", "-7"}); }, {"seed must be an integer in [0, 4294967295]", "got '-7'"});
 }
 
 TEST(CommandLine, BoolFlagFollowedByAWordOrAnotherFlag) {
@@ -147,7 +151,7 @@ TEST(ConfigJson, Errors) {
   }
   {
     TempJson json(R"({"lora_rank": true})");
-    expect_error([&] { load({"--config", json.path()}); }, {"lora_rank must be an integer >= 1", "got 'true'"});
+    expect_error([&] { load({"--config", json.path()}); }, {"lora_rank must be an integer in [1, 4096]", "got 'true'"});
   }
   {
     TempJson json(R"({"lora_rank": [1, 2]})");
@@ -167,6 +171,29 @@ TEST(ConfigJson, Errors) {
   }
   expect_error([] { load({"--config", "/nonexistent/remat.json"}); },
                {"config must be a readable JSON file, got '/nonexistent/remat.json'"});
+}
+
+// Note [Bounded JSON]: a 100k-deep value once overflowed the stack (the error message dumped it
+// recursively); a FIFO as --config once blocked forever in open().
+TEST(ConfigJson, DeepValuesAndFifosAreRefused) {
+  {
+    TempJson json("{\"seed\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+    expect_error([&] { load({"--config", json.path()}); },
+                 {"[train] config '" + json.path() + "' nests arrays and objects deeper than 64 levels"});
+  }
+  {
+    TempJson json("{\"seed\": [[[[[[[1]]]]]]]}");
+    expect_error([&] { load({"--config", json.path()}); }, {"seed must be a single value", "got [[[[[...]]]]]"});
+  }
+  {
+    TempJson json("{\"" + std::string(1 << 20, 'k') + "\": 1}");  // a 1 MiB key
+    expect_error([&] { load({"--config", json.path()}); }, {"unknown option 'kkkk", "(1048576 bytes)"});
+  }
+  const std::string fifo = testing::TempDir() + "remat_config_fifo.json";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { load({"--config", fifo}); }, {"config must be a readable JSON file", "(a FIFO)"});
+  std::remove(fifo.c_str());
 }
 
 TEST(BuildConfig, CrossOptionRules) {

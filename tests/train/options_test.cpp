@@ -113,7 +113,7 @@ TEST(OptionValue, TypesParse) {
 }
 
 TEST(OptionValue, TypeErrorsNameOptionValueAndWhatIsValid) {
-  expect_rejected("lora_rank", "sixteen", {"[train] lora_rank must be an integer >= 1", "got 'sixteen'"});
+  expect_rejected("lora_rank", "sixteen", {"[train] lora_rank must be an integer in [1, 4096]", "got 'sixteen'"});
   expect_rejected("lora_rank", "16.5", {"lora_rank must be an integer", "got '16.5'"});
   expect_rejected("learning_rate", "fast", {"learning_rate must be a number in [0, 1]", "got 'fast'"});
   expect_rejected("learning_rate", "nan", {"learning_rate must be a number", "got 'nan'"});
@@ -123,14 +123,34 @@ TEST(OptionValue, TypeErrorsNameOptionValueAndWhatIsValid) {
   expect_rejected("output_dir", "", {"output_dir must be a path", "got ''"});
 }
 
+// Note [Option bounds]: every integer option has an upper bound, named in the message and the
+// docs. Before them `--num_train_epochs=9223372036854775807` overflowed the step count (0 steps,
+// untrained weights written, exit 0), and `--num_threads 100000` hung.
+TEST(OptionValue, EveryIntegerOptionHasAnUpperBound) {
+  for (const auto& s : option_specs()) {
+    if (s.type != OptionType::Int) continue;
+    EXPECT_TRUE(s.minimum.has_value() && s.maximum.has_value()) << s.name;
+    EXPECT_NE(s.signature().find(" in ["), std::string::npos) << s.name << ": " << s.signature();
+  }
+  expect_rejected("num_train_epochs", "9223372036854775807",
+                  {"num_train_epochs must be an integer in [1, 1000000], got '9223372036854775807'"});
+  expect_rejected("max_train_steps", "1000000001", {"max_train_steps must be an integer in [0, 1000000000]"});
+  expect_rejected("seed", "99999999999999999999", {"seed must be an integer in [0, 4294967295]"});
+  expect_rejected("seed", "4294967296", {"got '4294967296'"});
+  expect_rejected("seed", "-1", {"got '-1'"});
+  expect_rejected("num_threads", "100000", {"num_threads must be an integer in [0, 1024], got '100000'"});
+  expect_rejected("train_batch_size", "65537", {"train_batch_size must be an integer in [1, 65536]"});
+  EXPECT_EQ(std::get<int64_t>(parse_option_value(spec("seed"), "4294967295")), 4294967295LL);
+}
+
 TEST(OptionValue, MinimumAndMaximum) {
-  expect_rejected("lora_rank", "0", {"lora_rank must be an integer >= 1, got '0'"});
+  expect_rejected("lora_rank", "0", {"lora_rank must be an integer in [1, 4096], got '0'"});
   expect_rejected("learning_rate", "2", {"learning_rate must be a number in [0, 1], got '2'"});
   expect_rejected("learning_rate", "-1e-4", {"got '-1e-4'"});
   expect_rejected("adam_beta1", "1.5", {"adam_beta1 must be a number in [0, 1], got '1.5'"});
   expect_rejected("flow_sigmoid_scale", "0", {"flow_sigmoid_scale must be a number > 0, got '0'"});
   expect_rejected("gradient_checkpointing_interval", "0",
-                  {"gradient_checkpointing_interval must be an integer >= 1 or auto", "got '0'"});
+                  {"gradient_checkpointing_interval must be an integer in [1, 1024] or auto", "got '0'"});
   expect_rejected("gradient_checkpointing_interval", "-2", {"got '-2'"});
   expect_rejected("gradient_checkpointing_memory_budget", "0",
                   {"gradient_checkpointing_memory_budget must be a byte size", "at least 1 bytes", "got '0'"});
@@ -172,8 +192,8 @@ TEST(HelpText, ListsEveryOptionWithTypeAndDefault) {
     EXPECT_NE(help.find(s.help), std::string::npos) << s.name;
   }
   for (const auto& section : option_sections()) EXPECT_NE(help.find("\n" + section + ":\n"), std::string::npos);
-  EXPECT_NE(help.find("--lora_rank <int >= 1, default 16>"), std::string::npos) << help;
-  EXPECT_NE(help.find("--gradient_checkpointing_interval <int >= 1 | auto, default unset>"), std::string::npos);
+  EXPECT_NE(help.find("--lora_rank <int in [1, 4096], default 16>"), std::string::npos) << help;
+  EXPECT_NE(help.find("--gradient_checkpointing_interval <int in [1, 1024] | auto, default unset>"), std::string::npos);
 }
 
 TEST(JsonExport, IsValidJsonWithTheIntervalSchema) {

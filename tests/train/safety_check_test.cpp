@@ -72,7 +72,7 @@ TEST(SafetyCheck, IntervalZeroOrNegativeIsAnError) {
     TrainConfig c = config_for("flux");
     c.gradient_checkpointing_interval = bad;
     expect_error(c, "gradient_checkpointing_interval",
-                 {"gradient_checkpointing_interval must be an integer >= 1 or auto", "got " + std::to_string(bad)});
+                 {"gradient_checkpointing_interval must be an integer in [1, 1024] or auto", "got " + std::to_string(bad)});
   }
 }
 
@@ -124,7 +124,7 @@ TEST(SafetyCheck, StrideZeroIsAnError) {
   c.gradient_checkpointing_interval = 2;
   c.gradient_checkpointing_segment_stride = 0;
   expect_error(c, "gradient_checkpointing_segment_stride",
-               {"gradient_checkpointing_segment_stride must be an integer >= 1, got 0"});
+               {"gradient_checkpointing_segment_stride must be an integer in [1, 1024], got 0"});
 }
 
 TEST(SafetyCheck, StrideOnFamilyWithoutStrideIsDropped) {

@@ -166,6 +166,83 @@ TEST_F(TrainerTest, FullFineTuneSavesDiffusersKeys) {
             models::state_dict_key_count(models::FluxConfig::preset("flux-tiny")));
 }
 
+// Note [Startup checks]: a checkpoint edited by hand is refused before anything is restored,
+// naming the file and the field. A negative batch_in_epoch once indexed the epoch's batches at -1.
+TEST_F(TrainerTest, ResumeRefusesACorruptCheckpoint) {
+  const auto first = run_training(config("corrupt", {"--max_train_steps=2"}), quiet_hooks());
+  const fs::path state = fs::path(first.last_checkpoint) / "state.json";
+  const fs::path optimizer = fs::path(first.last_checkpoint) / "optimizer.safetensors";
+  const fs::path saved_state = root_ / "state.json", saved_optimizer = root_ / "optimizer.safetensors";
+  fs::copy_file(state, saved_state);
+  fs::copy_file(optimizer, saved_optimizer);
+  const auto expect_refused = [&](const std::string& needle) {
+    try {
+      run_training(config("corrupt", {"--max_train_steps=4"}), quiet_hooks());
+      ADD_FAILURE() << "resumed from a corrupt checkpoint";
+    } catch (const c10::ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  fs::copy_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/state_negative_batch_in_epoch.json", state,
+                fs::copy_options::overwrite_existing);
+  expect_refused(state.string() + "': batch_in_epoch must be an integer in [0, ");
+  fs::copy_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/state_huge_epoch.json", state,
+                fs::copy_options::overwrite_existing);
+  expect_refused("state.json': epoch must be in [0, 2]");
+  fs::copy_file(saved_state, state, fs::copy_options::overwrite_existing);
+  io::save_safetensors(optimizer.string(), {});  // an empty optimizer file
+  expect_refused("optimizer.safetensors' has no tensor '");
+  fs::copy_file(saved_optimizer, optimizer, fs::copy_options::overwrite_existing);
+  EXPECT_EQ(run_training(config("corrupt", {"--max_train_steps=4"}), quiet_hooks()).final_step, 4);
+}
+
+// Data whose width does not match the model is found before anything is written (it was found
+// at the first step, after metrics.jsonl existed).
+TEST_F(TrainerTest, DataOfAnotherWidthFailsBeforeAnyOutput) {
+  DemoDatasetOptions wide;
+  wide.sizes = {{8, 8}};
+  wide.text_tokens = 8;
+  wide.joint_attention_dim = 64;  // flux-small's, not flux-tiny's 32
+  wide.pooled_projection_dim = 16;
+  make_demo_dataset((root_ / "wide").string(), model_family("flux").latents, 4, 7, wide);
+  try {
+    run_training(config("wide-out", {"--max_train_steps=1", "--instance_data_dir=" + (root_ / "wide").string()}),
+                 quiet_hooks());
+    FAIL() << "trained flux-tiny on 64-wide text embeddings";
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.option(), "instance_data_dir");
+    EXPECT_NE(std::string(e.what()).find("prompt_embeds width D = 64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("flux-tiny reads 32"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(root_ / "wide-out" / kMetricsFile));
+}
+
+// Paths are checked at startup, each a named ValidationError; saves interrupted by kill -9 leave
+// .tmp-checkpoint-* directories, which the next run removes.
+TEST_F(TrainerTest, StartupChecksPathsAndRemovesStaleTemporaries) {
+  std::ofstream(root_ / "a-file") << "x";
+  try {
+    run_training(config("a-file", {"--max_train_steps=1"}), quiet_hooks());
+    FAIL();
+  } catch (const ValidationError& e) {
+    EXPECT_EQ(e.option(), "output_dir");
+  }
+  fs::create_symlink(root_ / "data" / "loop.safetensors", root_ / "data" / "loop.safetensors");
+  try {
+    run_training(config("loop-out", {"--max_train_steps=1"}), quiet_hooks());
+    FAIL();
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("loop.safetensors' cannot be read: Too many levels of symbolic links"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove(root_ / "data" / "loop.safetensors");
+  fs::create_directories(root_ / "stale" / ".tmp-checkpoint-1-42");
+  run_training(config("stale", {"--max_train_steps=1"}), quiet_hooks());
+  EXPECT_FALSE(fs::exists(root_ / "stale" / ".tmp-checkpoint-1-42"));
+  EXPECT_TRUE(fs::exists(root_ / "stale" / "checkpoint-1"));
+}
+
 TEST_F(TrainerTest, MissingDataDirectoryIsAValidationError) {
   std::vector<std::string> warnings;
   auto cfg = load_train_config({"--model_flavour=flux-tiny", "--output_dir=" + (root_ / "x").string()}, warnings);

@@ -6,6 +6,7 @@
 #include "command.h"
 #include "model_options.h"
 #include "remat/train/benchmark.h"
+#include "remat/train/startup_checks.h"
 
 namespace remat::cli {
 namespace {
@@ -28,35 +29,46 @@ int run_bench(const std::vector<std::string>& args) {
   model.add_to(app);
   train::BenchmarkOptions o;
   std::string resolution, layouts, json, csv, svg;
-  auto* tokens_opt = app.add_option("--image_tokens", o.image_tokens, "Packed image tokens N_i")->capture_default_str();
+  // Every count is bounded (a flag of 10^12 tokens would size tensors before anything failed):
+  // 2^20 image tokens is a 16384 x 16384 Flux image; the others as make-demo-data bounds them.
+  constexpr int64_t kMaxTokens = int64_t{1} << 20;
+  auto* tokens_opt = app.add_option("--image_tokens", o.image_tokens, "Packed image tokens N_i")
+                         ->check(CLI::Range(int64_t{1}, kMaxTokens))->capture_default_str();
   app.add_option("--resolution", resolution, "Image size WxH instead of --image_tokens (Flux: N_i = (W/16)(H/16))")
       ->excludes(tokens_opt);
-  app.add_option("--text_tokens", o.text_tokens, "Text tokens N_t")->capture_default_str();
-  app.add_option("--batch", o.batch, "Batch size B")->capture_default_str();
+  app.add_option("--text_tokens", o.text_tokens, "Text tokens N_t")->check(CLI::Range(int64_t{1}, int64_t{65536}))->capture_default_str();
+  app.add_option("--batch", o.batch, "Batch size B")->check(CLI::Range(int64_t{1}, int64_t{65536}))->capture_default_str();
   app.add_option("--dtype", o.dtype, "float32, or bfloat16 (bf16 weights + bf16 autocast)")
       ->check(CLI::IsMember({"float32", "bfloat16"}))->capture_default_str();
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--lora_rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--lora_rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->check(CLI::Range(int64_t{0}, int64_t{4096}))->capture_default_str();
   app.add_option("--lora_target", o.lora_target, "LoRA target preset of the family (Flux: flux_lora_target's values)")->capture_default_str();
   add_registry_option(app, "num_threads", o.threads);
   app.add_option("--layouts", layouts,
                  "Comma list: off, N (interval), N/S (interval/stride), ffn, offload, auto:SIZE "
                  "(e.g. auto:20GiB). Default: off,1,2,4,8,2/4,ffn,offload (CUDA only) and two auto "
                  "budgets between the smallest possible and the keep-all predicted peak");
-  app.add_option("--steps", o.steps, "Measured steps per layout")->capture_default_str();
-  app.add_option("--warmup", o.warmup, "Warm-up rounds (one step per layout each)")->capture_default_str();
+  app.add_option("--steps", o.steps, "Measured steps per layout")->check(CLI::Range(int64_t{1}, int64_t{1000000}))->capture_default_str();
+  app.add_option("--warmup", o.warmup, "Warm-up rounds (one step per layout each)")->check(CLI::Range(int64_t{0}, int64_t{1000000}))->capture_default_str();
   add_registry_option(app, "seed", o.seed);
   app.add_option("--json", json, "Write the records as JSON here");
   app.add_option("--csv", csv, "Write the records as CSV here");
   app.add_option("--svg", svg, "Write a peak-memory vs step-time chart (SVG) here");
+  add_skip_memory_check(app, o.skip_memory_check);
   if (auto code = parse_or_exit(app, args)) return *code;
+
+  // The report files are written after the whole run: check that they can be, before it.
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--json", &json}, {"--csv", &csv}, {"--svg", &svg}}) {
+    if (!path->empty()) train::check_output_file(*path, flag);
+  }
 
   if (!resolution.empty()) {
     int64_t w = 0, h = 0;
     char x = 0;
     std::istringstream in(resolution);
-    if (!(in >> w >> x >> h) || x != 'x' || w < 16 || h < 16 || w % 16 != 0 || h % 16 != 0 || !in.eof()) {
-      std::cerr << "error: --resolution must be WxH with W and H multiples of 16 (>= 16), got '"
+    if (!(in >> w >> x >> h) || x != 'x' || w < 16 || h < 16 || w % 16 != 0 || h % 16 != 0 || !in.eof() ||
+        w > 16384 || h > 16384) {
+      std::cerr << "error: --resolution must be WxH with W and H multiples of 16 in [16, 16384], got '"
                 << resolution << "'\n";
       return 2;
     }

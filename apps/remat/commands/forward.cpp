@@ -5,7 +5,10 @@
 
 #include "command.h"
 #include "model_options.h"
+#include "remat/io/files.h"
 #include "remat/io/safetensors.h"
+#include "remat/train/admission.h"
+#include "remat/train/startup_checks.h"
 
 namespace remat::cli {
 namespace {
@@ -27,10 +30,18 @@ int run_forward(const std::vector<std::string>& args) {
                                    "image and text inputs cast to it)")
       ->check(CLI::IsMember({"float32", "bfloat16"}))
       ->capture_default_str();
+  bool skip_memory_check = false;
+  add_skip_memory_check(app, skip_memory_check);
   if (auto code = parse_or_exit(app, args)) return *code;
 
+  // Every path is checked before the model is built: a FIFO would block, and an unwritable
+  // output would fail only after the forward pass.
+  io::require_regular_file(weights, "forward", "--weights");
+  io::require_regular_file(inputs_path, "forward", "--inputs");
+  train::check_output_file(output, "--output");
   auto spec = model.spec();
   spec.weights = weights;
+  if (!skip_memory_check) train::admit_model(spec, train::ModelUse{}, at::Device(at::kCPU));
   auto transformer = train::make_transformer(spec, at::Device(at::kCPU));
   if (dtype == "bfloat16") transformer->module().to(at::kBFloat16);
   transformer->module().eval();

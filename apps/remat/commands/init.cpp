@@ -6,6 +6,8 @@
 #include "command.h"
 #include "model_options.h"
 #include "remat/io/safetensors.h"
+#include "remat/train/admission.h"
+#include "remat/train/startup_checks.h"
 
 namespace remat::cli {
 namespace {
@@ -17,12 +19,17 @@ int run_init(const std::vector<std::string>& args) {
   model.add_to(app);
   int64_t seed = 0;
   std::string output;
-  app.add_option("--seed", seed, "Random seed")->capture_default_str();
+  bool skip_memory_check = false;
+  add_registry_option(app, "seed", seed);
   app.add_option("--output", output, "Output .safetensors file")->required();
+  add_skip_memory_check(app, skip_memory_check);
   if (auto code = parse_or_exit(app, args)) return *code;
 
+  train::check_output_file(output, "--output");
+  const auto spec = model.spec();
+  if (!skip_memory_check) train::admit_model(spec, train::ModelUse{}, at::Device(at::kCPU));
   torch::manual_seed(static_cast<uint64_t>(seed));
-  auto transformer = train::make_transformer(model.spec(), at::Device(at::kCPU));
+  auto transformer = train::make_transformer(spec, at::Device(at::kCPU));
   io::save_module(output, transformer->module());
   int64_t count = 0;
   for (const auto& p : transformer->module().parameters()) count += p.numel();

@@ -21,7 +21,7 @@ int run_make_demo_data(const std::vector<std::string>& args) {
   app.add_option("--output", output, "Directory to create (must not hold samples yet)")->required();
   app.add_option("--model_family", family, "Model family")->check(CLI::IsMember(train::model_family_names()))->capture_default_str();
   app.add_option("--samples", samples, "Number of samples")->check(CLI::Range(int64_t{1}, int64_t{1000000}))->capture_default_str();
-  app.add_option("--seed", seed, "Random seed")->capture_default_str();
+  add_registry_option(app, "seed", seed);
   app.add_option("--size", size, "Latent height and width (a multiple of the family's patch: Flux 2; 16 -> 64 packed Flux tokens)")->check(CLI::Range(int64_t{2}, int64_t{4096}))->capture_default_str();
   app.add_option("--text_tokens", text_tokens, "Text tokens per sample")->check(CLI::Range(int64_t{1}, int64_t{65536}))->capture_default_str();
   app.add_option("--joint_dim", joint_dim, "Width of prompt_embeds (the model's joint_attention_dim / context_in_dim)")->check(CLI::Range(int64_t{1}, int64_t{65536}))->capture_default_str();

@@ -1,6 +1,6 @@
 // `remat train`: SimpleTuner-style options (config.json + --key=value flags), validated before
 // any work starts (exit code 2 with the option, the value and what is valid), then training.
-// Ctrl-C saves a checkpoint after the current step and exits cleanly; a second Ctrl-C kills.
+// Ctrl-C or SIGTERM saves a checkpoint after the current step and exits cleanly; a second one kills.
 #include <unistd.h>
 
 #include <atomic>
@@ -19,13 +19,22 @@ namespace remat::cli {
 namespace {
 
 std::atomic<bool> g_stop_requested{false};
+std::atomic<int> g_stop_signal{0};
 
-extern "C" void on_interrupt(int) {
+// SIGINT (Ctrl-C) and SIGTERM (what schedulers, `docker stop` and `kill` send) both stop after
+// the current step with a checkpoint. The first signal restores the default action of both, so a
+// second one ends the process at once.
+extern "C" void on_stop_signal(int sig) {
   g_stop_requested = true;
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
-  static const char kMessage[] = "\n[train] interrupted: saving a checkpoint after this step "
-                                 "(Ctrl-C again to abort)\n";
-  (void)!write(2, kMessage, sizeof(kMessage) - 1);
+  g_stop_signal = sig;
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  static const char kInterrupt[] = "\n[train] interrupted: saving a checkpoint after this step "
+                                   "(Ctrl-C again to abort)\n";
+  static const char kTerminate[] = "\n[train] SIGTERM: saving a checkpoint after this step "
+                                   "(a second SIGTERM aborts)\n";
+  if (sig == SIGTERM) (void)!write(2, kTerminate, sizeof(kTerminate) - 1);
+  else (void)!write(2, kInterrupt, sizeof(kInterrupt) - 1);
 }
 
 int run_train(const std::vector<std::string>& args) {
@@ -37,18 +46,22 @@ int run_train(const std::vector<std::string>& args) {
   const train::TrainConfig config = train::load_train_config(args, warnings);  // throws: exit 2
   for (const auto& warning : warnings) std::cerr << "warning: " << warning << "\n";
 
-  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   train::TrainerHooks hooks;
   hooks.stop_requested = &g_stop_requested;
   hooks.progress_is_terminal = train::ProgressReporter::stream_is_terminal(stdout);
   hooks.log = [](const std::string& line) { std::cerr << line << "\n"; };
   const train::TrainResult result = train::run_training(config, hooks);
   std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
 
   if (!result.records.empty()) std::cout << train::format_summary(result.summary) << "\n";
   if (!result.weights_path.empty()) std::cout << "weights: " << result.weights_path << "\n";
   if (!result.last_checkpoint.empty()) std::cout << "checkpoint: " << result.last_checkpoint << "\n";
-  return result.interrupted ? 130 : 0;
+  // 128 + the signal, as a shell reports a process the signal ended: 130 for Ctrl-C, 143 for
+  // SIGTERM; the checkpoint was saved.
+  return result.interrupted ? 128 + (g_stop_signal ? g_stop_signal.load() : SIGINT) : 0;
 }
 
 REMAT_COMMAND("train", "train Flux / MageFlow (LoRA or full) with segmented checkpointing",

@@ -66,10 +66,15 @@ struct TensorInfo {
 class REMAT_API SafetensorsFile {
  public:
   /// Maps and validates `path`. Throws c10::Error naming the path and the problem: missing or
-  /// unreadable file (errno text), truncated file, header length past the end of the file, header
-  /// not valid JSON or not an object, entry missing `dtype`/`shape`/`data_offsets`, unknown dtype
-  /// (with the supported list), negative dimension, begin > end, range outside the data buffer,
-  /// range size not equal to numel x element size, non-string metadata.
+  /// unreadable file (errno text), not a regular file (a FIFO is refused without blocking),
+  /// truncated file, header length past the end of the file, a header larger than 100 MB or
+  /// nesting deeper than 64 levels (remat/io/bounded_json.h), header not valid JSON or not an
+  /// object, entry missing `dtype`/`shape`/`data_offsets`, unknown dtype (with the supported
+  /// list), negative dimension, begin > end, range outside the data buffer, range size not equal
+  /// to numel x element size (overflow-checked), non-string metadata; and unless the ranges,
+  /// sorted, tile the data buffer exactly (no gap, no overlap, no trailing byte), as the
+  /// reference reader requires: a header length one byte short, appended bytes and aliased
+  /// ranges are errors (Note [Exact data section] in src/io/safetensors.cpp).
   static SafetensorsFile open(const std::string& path);
 
   /// The path given to open().

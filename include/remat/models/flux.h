@@ -19,6 +19,7 @@
 #include "remat/models/blocks.h"
 #include "remat/models/checkpointing.h"
 #include "remat/models/layers.h"
+#include "remat/models/lora.h"
 
 namespace remat::models {
 
@@ -63,6 +64,9 @@ struct REMAT_API FluxConfig {
 /// Number of parameters the model registers for `config`, from the shapes alone (no allocation).
 /// flux-dev: 11,901,408,320; flux-schnell: 11,891,178,560.
 REMAT_API int64_t parameter_count(const FluxConfig& config);
+/// The model's Linear layers (qualified names and shapes) from the config alone, in registration
+/// order: what LoRA can target (lora_parameter_count, remat/models/lora.h).
+REMAT_API std::vector<LinearShape> linear_layers(const FluxConfig& config);
 /// Number of state-dict keys (1160 for flux-dev, 1156 for schnell), from the config alone.
 REMAT_API int64_t state_dict_key_count(const FluxConfig& config);
 

@@ -15,6 +15,20 @@
 
 namespace remat::models {
 
+/// One Linear layer of a model: its qualified module name and its shape.
+struct LinearShape {
+  std::string name;          ///< e.g. "transformer_blocks.0.attn.to_q"
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+};
+
+/// The parameters apply_lora would add with `rank` on the layers of `layers` matching
+/// `target_suffixes` (rank x (in + out) per matched layer), without building anything: the
+/// trainable size of a LoRA run for memory admission. Throws c10::ValueError for rank < 1 or a
+/// count past int64.
+REMAT_API int64_t lora_parameter_count(const std::vector<LinearShape>& layers,
+                                       const std::vector<std::string>& target_suffixes, int64_t rank);
+
 /// PEFT's target matching: `name` equals `suffix` or ends with "." + suffix.
 REMAT_API bool lora_target_matches(const std::string& name, const std::string& suffix);
 

@@ -22,6 +22,7 @@
 #include "remat/models/blocks.h"
 #include "remat/models/checkpointing.h"
 #include "remat/models/layers.h"
+#include "remat/models/lora.h"
 
 namespace remat::models {
 
@@ -63,6 +64,9 @@ struct REMAT_API MageFlowConfig {
 
 /// Parameters the model registers (4,115,745,408 for mageflow-4b), without allocating.
 REMAT_API int64_t parameter_count(const MageFlowConfig& config);
+/// The model's Linear layers (qualified names and shapes) from the config alone, in registration
+/// order: what LoRA can target (lora_parameter_count, remat/models/lora.h).
+REMAT_API std::vector<LinearShape> linear_layers(const MageFlowConfig& config);
 /// State-dict keys: 13 + 32 per block (397 for mageflow-4b).
 REMAT_API int64_t state_dict_key_count(const MageFlowConfig& config);
 
@@ -86,9 +90,13 @@ struct REMAT_API PackedSamples {
 
   int64_t num_samples() const { return static_cast<int64_t>(txt_cu.size()) - 1; }
   /// From 1-D integer cu_seqlens tensors (any device); the index tensors go to `device`. Throws
-  /// c10::ValueError for mismatched lengths, a first entry other than 0 or decreasing entries.
+  /// c10::ValueError for mismatched lengths, a first entry other than 0 or decreasing entries, and,
+  /// when `txt_tokens` / `img_tokens` are given, for a last entry other than them (checked before
+  /// the index tensors, whose size is that last entry, are allocated).
   static PackedSamples from_cu_seqlens(const at::Tensor& txt_cu_seqlens,
-                                       const at::Tensor& img_cu_seqlens, c10::Device device);
+                                       const at::Tensor& img_cu_seqlens, c10::Device device,
+                                       std::optional<int64_t> txt_tokens = std::nullopt,
+                                       std::optional<int64_t> img_tokens = std::nullopt);
 };
 
 /// Block `transformer_blocks.{i}` (§2.5).

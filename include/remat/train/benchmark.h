@@ -30,8 +30,10 @@ struct BenchmarkOptions {
   int64_t lora_rank = 0;
   /// Flux LoRA target preset; "default" = to_q, to_k, to_v, to_out.0 (as bench/flux_eager.py).
   std::string lora_target = "default";
-  /// CPU threads; 0 keeps LibTorch's default.
+  /// CPU threads; 0 keeps LibTorch's default; at most kMaxNumThreads.
   int64_t threads = 0;
+  /// Build the model even when memory admission predicts it will not fit (remat/train/admission.h).
+  bool skip_memory_check = false;
   /// Layout names (see parse_benchmark_layout); empty: default_benchmark_layouts.
   std::vector<std::string> layouts;
   int64_t steps = 5;

@@ -61,6 +61,15 @@ class REMAT_API ValidationErrors : public ValidationError {
   std::vector<Diagnostic> errors_;
 };
 
+/// The most optimizer steps a run may have: the bound of max_train_steps, of the steps that
+/// num_train_epochs works out to, and of a checkpoint's global_step. 10^9 steps is years of
+/// training at the fastest step rates; the bound keeps every step and batch count far from int64
+/// overflow.
+inline constexpr int64_t kMaxTrainSteps = 1'000'000'000;
+/// The most CPU threads num_threads may ask for (one thread per core of the largest machines; a
+/// request for 100000 threads once hung `remat bench`).
+inline constexpr int64_t kMaxNumThreads = 1024;
+
 /// Everything `remat train` needs, validated. Field names are SimpleTuner's option names.
 /// Choice-valued fields hold one of the registry's choices (see docs/OPTIONS.md).
 struct TrainConfig {
@@ -150,6 +159,9 @@ struct TrainConfig {
   int64_t num_threads = 0;
   /// Log the loss every N optimizer steps.
   int64_t report_every = 10;
+  /// Build the model even when its predicted weights, gradients and optimizer state exceed the
+  /// device's available memory (remat/train/admission.h).
+  bool skip_memory_check = false;
 
   /// remat::Backend of gradient_checkpointing_backend: Offload for unsloth*, Recompute otherwise.
   Backend checkpoint_backend() const;

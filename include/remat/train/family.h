@@ -17,6 +17,7 @@
 #include <c10/core/Device.h>
 
 #include "remat/export.h"
+#include "remat/models/lora.h"
 #include "remat/train/data.h"
 
 namespace remat::train {
@@ -38,8 +39,9 @@ struct CheckpointingCapabilities {
 
 /// The widths of a flavour's text conditioning: what a latent cache for it must hold.
 struct ConditioningWidths {
-  int64_t text = 0;    ///< D of prompt_embeds
-  int64_t pooled = 0;  ///< P of pooled_prompt_embeds (0: none)
+  int64_t text = 0;      ///< D of prompt_embeds
+  int64_t pooled = 0;    ///< P of pooled_prompt_embeds (0: none)
+  int64_t channels = 0;  ///< C of the latents the model reads (0: not checked)
 };
 
 struct ModelFamily {
@@ -66,8 +68,14 @@ struct ModelFamily {
   std::function<std::vector<OptionSpec>()> options;
   /// Builds the transformer (float32 weights on `device`, spec.weights loaded strictly).
   std::function<std::unique_ptr<Transformer>(const TransformerSpec&, const c10::Device&)> build;
-  /// The conditioning widths of a flavour or config.json (for demo data that fits the model).
+  /// The conditioning widths of a flavour or config.json (for demo data that fits the model, and
+  /// to check a dataset against the model before training starts).
   std::function<ConditioningWidths(const TransformerSpec&)> conditioning;
+  /// The parameters the transformer of a spec registers, and its Linear layers (names, shapes),
+  /// from the config alone: memory admission (remat/train/admission.h) sizes a model and its
+  /// LoRA with them before allocating. Unset: models of the family are built unchecked.
+  std::function<int64_t(const TransformerSpec&)> parameter_count;
+  std::function<std::vector<models::LinearShape>(const TransformerSpec&)> linear_layers;
 
   /// The LoRA target preset of `config`.
   std::string lora_target(const TrainConfig& config) const;

@@ -57,12 +57,54 @@ REMAT_API void restore_adamw_state(torch::optim::AdamW& optimizer,
 REMAT_API std::string save_training_checkpoint(const std::string& output_dir,
                                                const TrainingCheckpoint& checkpoint);
 
-/// Reads a checkpoint directory written by save_training_checkpoint. Throws naming the file for
-/// a missing or corrupt part.
+/// Reads a checkpoint directory written by save_training_checkpoint. Throws c10::ValueError
+/// naming the file (and the field) for a missing or corrupt part; state.json is read by
+/// read_training_position. What the run needs of it is validate_training_checkpoint's to check.
 REMAT_API TrainingCheckpoint load_training_checkpoint(const std::string& path);
 
-/// The checkpoint directories of `output_dir`, oldest (lowest step) first.
+/// Reads a checkpoint's state.json (a regular file, Note [Bounded JSON]): global_step an integer
+/// in [0, kMaxTrainSteps], epoch and batch_in_epoch integers >= 0 (not 1.5, 1e30, true or past
+/// int64), facts (when present, stored in `*facts`) an object of strings. Throws c10::ValueError
+/// naming the file and the field.
+REMAT_API TrainingPosition read_training_position(const std::string& state_path,
+                                                  std::map<std::string, std::string>* facts = nullptr);
+
+/// What a checkpoint must hold to resume a given run.
+struct CheckpointExpectations {
+  /// The trainable tensors (names and shapes), as Transformer::trainable_parameters lists them.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> trainable;
+  /// Generator states that must be present, by name, with their sizes in bytes (-1: any size).
+  std::map<std::string, int64_t> rng;
+  /// Generator states that may be present (restored when they are), with their sizes (-1: any).
+  std::map<std::string, int64_t> optional_rng;
+  /// Batches per epoch of the run's dataset and batch size: batch_in_epoch may not exceed it.
+  int64_t batches_per_epoch = 0;
+  /// Batches per optimizer step: epoch may not exceed global_step times it.
+  int64_t gradient_accumulation_steps = 1;
+};
+
+/// Checks `checkpoint` (read from directory `path`) against `expected` before anything is
+/// restored: batch_in_epoch within the dataset's epoch, epoch at most the batches consumed;
+/// trainable.safetensors holding exactly the trainable tensors with their shapes; after the
+/// first step, optimizer.safetensors holding exactly exp_avg and exp_avg_sq (the tensor's shape)
+/// and step (an int64 scalar in [1, global_step]) of each (none at step 0); rng.safetensors
+/// holding every required generator state and no unknown one, each U8 of its size. Throws
+/// c10::ValueError naming the file and the tensor or field.
+REMAT_API void validate_training_checkpoint(const TrainingCheckpoint& checkpoint, const std::string& path,
+                                            const CheckpointExpectations& expected);
+
+/// The checkpoint directories of `output_dir`, oldest (lowest step) first. Entries whose status
+/// cannot be read (symlink loops) are skipped; a `checkpoint-<digits>` name whose step int64
+/// cannot hold throws c10::ValueError naming it.
 REMAT_API std::vector<std::string> list_training_checkpoints(const std::string& output_dir);
+
+/// Cleans up after saves that were interrupted (kill -9, power loss): removes every
+/// `.tmp-checkpoint-*` directory of `output_dir` (a save that never reached its rename), and for
+/// each `.old-checkpoint-<step>-*` (a checkpoint being replaced) removes it when
+/// `checkpoint-<step>` exists, or renames it back to `checkpoint-<step>` when the replacing save
+/// stopped before its rename. Returns one line per action. Not safe while another run saves
+/// into the same output_dir.
+REMAT_API std::vector<std::string> remove_stale_checkpoint_temporaries(const std::string& output_dir);
 
 /// Resolves `resume_from_checkpoint`: "latest" is the highest step in output_dir (nullopt when
 /// there is none); anything else is a path that must be a checkpoint directory.

@@ -186,8 +186,12 @@ void register_family_flux() {
   };
   f.conditioning = [](const TransformerSpec& spec) {
     const auto config = config_of(spec);
-    return ConditioningWidths{config.joint_attention_dim, config.pooled_projection_dim};
+    // 2x2 packing: the model's in_channels are 4 latent channels per token.
+    return ConditioningWidths{config.joint_attention_dim, config.pooled_projection_dim,
+                              config.in_channels % 4 == 0 ? config.in_channels / 4 : 0};
   };
+  f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(config_of(spec)); };
+  f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(config_of(spec)); };
   register_family(std::move(f));
 }
 

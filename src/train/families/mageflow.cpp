@@ -156,8 +156,11 @@ void register_family_mageflow() {
     return std::make_unique<MageFlowTransformer>(spec, device);
   };
   f.conditioning = [](const TransformerSpec& spec) {
-    return ConditioningWidths{config_of(spec).context_in_dim, 0};
+    const auto config = config_of(spec);
+    return ConditioningWidths{config.context_in_dim, 0, config.in_channels};
   };
+  f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(config_of(spec)); };
+  f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(config_of(spec)); };
   register_family(std::move(f));
 }
 

@@ -1,0 +1,66 @@
+#pragma once
+/// \file
+/// Memory admission: before a model is allocated, the memory its weights (and, for training, the
+/// gradients and AdamW state of its trainable parameters) will take is predicted from the config
+/// alone and compared with what the device has available. A model that cannot fit is refused
+/// with both figures and the options that would make it fit, instead of being built until the
+/// kernel's OOM killer ends the process. `remat train`, `remat init`, `remat forward` and
+/// `remat bench` admit every model they build; `--skip_memory_check` overrides.
+///
+/// What is not predicted: activations (they depend on the batch and the checkpoint layout; the
+/// auto planner, remat/train/auto_layout.h, budgets them) and the allocator's own overhead.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "remat/export.h"
+#include "remat/train/transformer.h"
+
+namespace remat::train {
+
+/// How a model will be used, for the prediction.
+struct ModelUse {
+  /// Bytes per weight element as built (make_transformer builds float32 weights; a later cast to
+  /// bfloat16 still holds the float32 copy first).
+  int64_t weight_element_bytes = 4;
+  /// Whether the trainable parameters get float32 gradients and AdamW state (exp_avg, exp_avg_sq).
+  bool training = false;
+  /// > 0: LoRA of this rank on `lora_target`; only the factors train. 0: every parameter trains.
+  int64_t lora_rank = 0;
+  /// The family's LoRA target preset (remat/train/family.h).
+  std::string lora_target;
+  /// How the caller's command line asks for LoRA (e.g. "--model_type=lora"), suggested when full
+  /// training does not fit but LoRA would; empty: not suggested.
+  std::string lora_flag;
+  /// What the override is called on the caller's command line.
+  std::string override_flag = "--skip_memory_check";
+};
+
+/// The prediction, in bytes on the device.
+struct MemoryDemand {
+  int64_t parameters = 0;       ///< of the transformer, LoRA factors included
+  int64_t trainable = 0;        ///< of which train (0 unless ModelUse::training)
+  int64_t weight_bytes = 0;     ///< parameters x weight_element_bytes
+  int64_t gradient_bytes = 0;   ///< trainable x 4 (float32 gradients)
+  int64_t optimizer_bytes = 0;  ///< trainable x 8 (AdamW's two float32 moments)
+  int64_t total() const { return weight_bytes + gradient_bytes + optimizer_bytes; }
+};
+
+/// Predicts the memory of building `spec` for `use`, without allocating, from the family's
+/// parameter count and Linear layers (ModelFamily::parameter_count, linear_layers). nullopt when
+/// the family provides no count. Throws c10::ValueError for a bad spec (unknown family, preset,
+/// config.json).
+REMAT_API std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use);
+
+/// Refuses `spec` for `use` on `device` when its predicted demand exceeds `available_bytes`
+/// (default: memory::available_bytes(device)): throws ValidationError (option model_flavour) whose message
+/// gives the demand (weights, gradients, optimizer state), the bytes available, the options that
+/// would fit (smaller flavours of the family, LoRA when training in full, each with its
+/// prediction) and ModelUse::override_flag. Does nothing when the family has no count.
+REMAT_API void admit_model(const TransformerSpec& spec, const ModelUse& use, const c10::Device& device,
+                           std::optional<int64_t> available_bytes = std::nullopt);
+
+}  // namespace remat::train

@@ -1,0 +1,81 @@
+// Memory admission (remat/train/admission.h): predictions from the config alone, and the refusal
+// with both figures and the options that would fit. flux-dev is never built here.
+#include <gtest/gtest.h>
+
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "remat/train/admission.h"
+#include "remat/train/config.h"
+
+namespace remat::train {
+namespace {
+
+TransformerSpec flux(const std::string& flavour) {
+  TransformerSpec spec;
+  spec.family = "flux";
+  spec.preset = flavour;
+  return spec;
+}
+
+TEST(Admission, PredictsWeightsGradientsAndOptimizerState) {
+  const int64_t dev = 11901408320LL;  // models::parameter_count(flux-dev)
+  const auto weights = predict_model_memory(flux("flux-dev"), ModelUse{});
+  ASSERT_TRUE(weights.has_value());
+  EXPECT_EQ(weights->parameters, dev);
+  EXPECT_EQ(weights->weight_bytes, 4 * dev);
+  EXPECT_EQ(weights->total(), 4 * dev);
+
+  ModelUse full;
+  full.training = true;
+  EXPECT_EQ(predict_model_memory(flux("flux-dev"), full)->total(), 16 * dev);
+
+  ModelUse lora = full;
+  lora.lora_rank = 16;
+  lora.lora_target = "all";
+  const int64_t factors = models::lora_parameter_count(models::linear_layers(models::FluxConfig::preset("flux-dev")),
+                                                       models::flux_lora_target_modules("all"), 16);
+  const auto d = predict_model_memory(flux("flux-dev"), lora);
+  EXPECT_EQ(d->trainable, factors);
+  EXPECT_EQ(d->weight_bytes, 4 * (dev + factors));
+  EXPECT_EQ(d->gradient_bytes, 4 * factors);
+  EXPECT_EQ(d->optimizer_bytes, 8 * factors);
+}
+
+TEST(Admission, RefusesWithBothFiguresAndWhatWouldFit) {
+  ModelUse lora;
+  lora.training = true;
+  lora.lora_rank = 16;
+  lora.lora_target = "all";
+  lora.lora_flag = "--model_type=lora";
+  const int64_t available = int64_t{24} << 30;
+  try {
+    admit_model(flux("flux-dev"), lora, at::Device(at::kCPU), available);
+    FAIL() << "flux-dev needs about 44 GiB";
+  } catch (const ValidationError& e) {
+    const std::string text = e.what();
+    EXPECT_EQ(e.option(), "model_flavour");
+    EXPECT_NE(text.find("[memory] flux-dev (11,927,557,184 parameters, 26,148,864 trainable)"), std::string::npos) << text;
+    EXPECT_NE(text.find("LoRA training needs 44."), std::string::npos) << text;
+    EXPECT_NE(text.find("(weights 44."), std::string::npos) << text;
+    EXPECT_NE(text.find("but cpu has 24.00 GiB available"), std::string::npos) << text;
+    EXPECT_NE(text.find("--model_flavour=flux-tiny"), std::string::npos) << text;
+    EXPECT_NE(text.find("--model_flavour=flux-small"), std::string::npos) << text;
+    EXPECT_EQ(text.find("--model_flavour=flux-schnell"), std::string::npos) << text;  // as large as dev
+    EXPECT_NE(text.find("--skip_memory_check"), std::string::npos) << text;
+  }
+  // Full training of flux-small (~4.5M parameters x 16 bytes) does not fit 32 MiB; LoRA of it
+  // (its float32 weights and small factors) does, and is suggested.
+  ModelUse full;
+  full.training = true;
+  full.lora_flag = "--model_type=lora";
+  try {
+    admit_model(flux("flux-small"), full, at::Device(at::kCPU), int64_t{32} << 20);
+    FAIL();
+  } catch (const ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find("These would fit: --model_type=lora ("), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(admit_model(flux("flux-tiny"), full, at::Device(at::kCPU), int64_t{32} << 20));
+}
+
+}  // namespace
+}  // namespace remat::train
