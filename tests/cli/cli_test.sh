@@ -49,6 +49,17 @@ if [[ $status -ne 2 || -n "$missing" ]]; then
 else
   echo "ok: five bad options reported in one run -> $status"
 fi
+# SimpleTuner's keys: the ones that change what training computes stop the run (exit 2) naming
+# the key and the way out; unknown keys are one error; a config file's format follows its name.
+expect 2 "base_model_precision=int8-quanto is not supported by remat yet" -- "$remat" train --base_model_precision=int8-quanto
+expect 2 "pass --ignore_unsupported_options to train without it" -- "$remat" train --use_ema=true
+expect 2 "unknown options 'frobnicate', 'lora_rnk' (did you mean 'lora_rank'?)" -- "$remat" train --frobnicate=1 --lora_rnk=2
+printf 'lora_rank = = 2\n' > "$work/bad.toml"
+expect 2 "config must be valid TOML" -- "$remat" train --config "$work/bad.toml"
+printf 'lora_rank: 2\n' > "$work/config.yaml"
+expect 2 "config must be a .json, .toml or .env file" -- "$remat" train --config "$work/config.yaml"
+expect 2 "optimizer must be one of adamw_bf16, torch-adamw, optimi-lion" -- "$remat" train --optimizer=prodigy
+
 # Old flag spellings still work, with a deprecation note.
 expect 0 "--model is deprecated; use --model_family" -- "$remat" init --model flux --preset flux-tiny --output "$work/old.safetensors"
 expect 2 "layout must be off, N, N/S" -- "$remat" bench --model_family flux --layouts off,nope
