@@ -267,7 +267,8 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kData, "checkpoint_step_interval", T::Int, bind(&C::checkpoint_step_interval),
           "Save a training checkpoint every N steps (0: only at the end)")
       .min(0).alias("checkpointing_steps")
-      .tooltip("SimpleTuner's older name checkpointing_steps is accepted too."));
+      .tooltip("SimpleTuner's older name checkpointing_steps is accepted too. SimpleTuner's minimum "
+               "is 1; 0 is remat's own: only the checkpoint at the end."));
   add(Opt(kData, "checkpoints_total_limit", T::Int, bind(&C::checkpoints_total_limit),
           "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0).alias("save_total_limit"));
   add(Opt(kData, "resume_from_checkpoint", T::Path, bind(&C::resume_from_checkpoint),
