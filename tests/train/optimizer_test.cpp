@@ -10,6 +10,7 @@
 #include "remat/train/config.h"
 #include "remat/train/optimizer.h"
 #include "remat/train/step.h"
+#include "remat/train/transformer.h"
 
 namespace remat::train {
 namespace {
@@ -225,6 +226,38 @@ TEST_F(Optimizers, AdamWBF16FirstMomentAsSimpleTunerComputesIt) {
     opt->step();
     for (const auto& [name, tensor] : optimizer_state(*opt, named)) {
       if (name == "p.exp_avg") EXPECT_TRUE(torch::allclose(tensor.to(at::kFloat), at::full({8}, want))) << want;
+    }
+  }
+}
+
+// grad_clip_method: value clamps every element to +-max_grad_norm (clip_grad_value_), norm scales
+// all gradients by max_norm / (||g|| + 1e-6) when the global norm is larger (clip_grad_norm_).
+TEST_F(Optimizers, GradientClippingByValueAndByNorm) {
+  TransformerSpec spec;
+  spec.family = "flux";
+  spec.preset = "flux-tiny";
+  auto model = make_transformer(spec, at::Device(at::kCPU));
+  const at::Tensor g1 = torch::tensor({3.0, -0.5, 0.25, -4.0});
+  const at::Tensor g2 = torch::tensor({1.0, -2.0});
+  for (const bool by_value : {true, false}) {
+    at::Tensor a = torch::zeros({4}).requires_grad_(true), b = torch::zeros({2}).requires_grad_(true);
+    a.mutable_grad() = g1.clone();
+    b.mutable_grad() = g2.clone();
+    auto opt = make_optimizer({a, b}, OptimizerSettings::defaults_of("torch-adamw", 1e-3));
+    StepSettings settings;
+    settings.max_grad_norm = 1.0;
+    settings.clip_by_value = by_value;
+    TrainingStep step(*model, *opt, {a, b}, settings);
+    const double norm = step.clip_gradients().item<double>();
+    const double total = std::sqrt(9.0 + 0.25 + 0.0625 + 16.0 + 1.0 + 4.0);
+    EXPECT_NEAR(norm, total, 1e-5);  // measured before clipping either way
+    if (by_value) {
+      EXPECT_TRUE(torch::equal(a.grad(), torch::tensor({1.0f, -0.5f, 0.25f, -1.0f})));
+      EXPECT_TRUE(torch::equal(b.grad(), torch::tensor({1.0f, -1.0f})));
+    } else {
+      const double scale = 1.0 / (total + 1e-6);
+      EXPECT_TRUE(torch::allclose(a.grad(), g1 * scale, 1e-6, 1e-7));
+      EXPECT_TRUE(torch::allclose(b.grad(), g2 * scale, 1e-6, 1e-7));
     }
   }
 }
