@@ -8,6 +8,7 @@ packages=(
   libopenblas0-pthread    # optimised BLAS: without it fp32 matmuls run ~50x slower
   libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
+  libtomlplusplus-dev     # toml++: config.toml
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
 )
@@ -16,12 +17,21 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
-  exit 0
+# Node.js and npm run the JSON Schema check (tests/schema); any installed node will do.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
 fi
 
-echo "Installing missing packages: ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+if ((${#missing[@]} > 0)); then
+  echo "Installing missing packages: ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# The schema test's validator (Ajv), pinned by tests/schema/package-lock.json.
+schema_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/schema"
+if [[ ! -d "$schema_dir/node_modules/ajv" ]]; then
+  (cd "$schema_dir" && npm ci --no-audit --no-fund --loglevel=error)
+fi

@@ -1,6 +1,6 @@
 #pragma once
 // CLI11 parsing shared by the subcommands, and the one flag vocabulary of the CLI: SimpleTuner's
-// option names (--model_family, --model_flavour, --lora_rank, --num_threads ...) on every
+// option names (--model_family, --model_flavour, --lora_rank, --torch_num_threads ...) on every
 // subcommand. Older spellings are accepted with a deprecation note.
 
 #include <iostream>
@@ -22,7 +22,8 @@ inline const std::map<std::string, std::string>& deprecated_flags() {
       {"--model", "--model_family"},       {"--family", "--model_family"},
       {"--preset", "--model_flavour"},     {"--config", "--pretrained_transformer_config"},
       {"--lora-rank", "--lora_rank"},      {"--lora-target", "--lora_target"},
-      {"--threads", "--num_threads"},      {"--image-tokens", "--image_tokens"},
+      {"--threads", "--torch_num_threads"}, {"--num_threads", "--torch_num_threads"},
+      {"--image-tokens", "--image_tokens"},
       {"--text-tokens", "--text_tokens"},  {"--joint-dim", "--joint_dim"},
       {"--pooled-dim", "--pooled_dim"},
   };

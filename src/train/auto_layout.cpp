@@ -16,10 +16,11 @@
 //   fixed_peak_bytes     the larger of the peak before "blocks_begin", the peak after the input's
 //                        gradient exists (embedders' backward), and the live bytes after the
 //                        backward plus the optimizer step's temporaries, measured by stepping a
-//                        scratch AdamW on a copy of the largest parameter (AdamW's temporaries
-//                        are per parameter and freed before the next one).
-// Before a first step the AdamW moments do not exist yet: their bytes (2 per parameter byte, 3
-// with amsgrad) are added to fixed_bytes and fixed_peak_bytes.
+//                        scratch optimizer of the same kind on a copy of the largest parameter (its
+//                        temporaries are per parameter and freed before the next one).
+// Before a first step the optimizer state does not exist yet: its bytes (optimizer_state_bytes:
+// AdamW 2 per parameter byte, 3 with amsgrad; AdamWBF16 three bf16 buffers; Lion 1) are added to
+// fixed_bytes and fixed_peak_bytes.
 #include "remat/train/auto_layout.h"
 #include "remat/error.h"
 
@@ -146,8 +147,8 @@ std::vector<BlockCost> chain_blocks(const StackCosts& costs, const std::vector<i
   return blocks;
 }
 
-// Scratch AdamW step on a copy of the largest parameter: {temporaries above live, seconds}.
-std::pair<int64_t, double> optimizer_temporaries(const torch::optim::AdamW& optimizer,
+// Scratch optimizer step on a copy of the largest parameter: {temporaries above live, seconds}.
+std::pair<int64_t, double> optimizer_temporaries(const torch::optim::Optimizer& optimizer,
                                                  const std::vector<at::Tensor>& parameters) {
   at::Tensor largest;
   for (const auto& p : parameters) {
@@ -181,25 +182,30 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
   TORCH_CHECK(!device.is_cpu() || memory::cpu_tracking_installed(),
               "[auto layout] CPU memory tracking is not installed; call "
               "remat::memory::install_cpu_tracking() first thing in main()");
-  auto* adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer);
-  TORCH_CHECK_VALUE(adamw != nullptr, "[auto layout] optimizer must be AdamW (the only one modelled)");
+  const OptimizerSettings optimizer_kind = optimizer_settings(optimizer);  // one of make_optimizer's
 
-  // The profile must not change the run: restore the global CPU generator, draw from a copy.
+  // The profile must not change the run: restore the global CPU generator (and the device's,
+  // which adamw_bf16's scratch step draws from), draw from a copy.
   auto cpu_generator = at::detail::getDefaultCPUGenerator();
   at::Tensor cpu_state;
   {
     std::lock_guard<std::mutex> lock(cpu_generator.mutex());
     cpu_state = cpu_generator.get_state();
   }
+  std::optional<at::Generator> device_generator;
+  at::Tensor device_state;
+  if (!device.is_cpu()) {
+    device_generator = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(device_generator->mutex());
+    device_state = device_generator->get_state();
+  }
   at::Generator noise = generator.clone();
 
   StepModel out;
   out.stack_sizes = model.stack_sizes();
-  const auto& adamw_options =
-      static_cast<const torch::optim::AdamWOptions&>(adamw->param_groups().front().options());
   const int64_t parameter_bytes = storage_bytes(parameters);
-  if (adamw->state().empty()) {
-    out.missing_optimizer_state_bytes = (adamw_options.amsgrad() ? 3 : 2) * parameter_bytes;
+  if (!optimizer_has_state(optimizer)) {
+    out.missing_optimizer_state_bytes = optimizer_state_bytes(optimizer_kind, parameters);
   }
   const int64_t missing = out.missing_optimizer_state_bytes;
 
@@ -231,7 +237,7 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
   }
   const int64_t after_backward = memory::current_bytes(device);
   for (auto p : parameters) p.mutable_grad().reset();
-  const auto [optimizer_extra, optimizer_largest_s] = optimizer_temporaries(*adamw, parameters);
+  const auto [optimizer_extra, optimizer_largest_s] = optimizer_temporaries(optimizer, parameters);
 
   // The blocks.
   const StackCosts costs = profile_blocks(model, batch, settings, std::nullopt,
@@ -258,7 +264,7 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
     for (const auto& p : parameters) b = std::max(b, tensor_bytes(p));
     return static_cast<double>(std::max<int64_t>(b, 1));
   }();
-  // AdamW is bound by memory traffic: its time scales with the bytes it updates.
+  // The optimizer step is bound by memory traffic: its time scales with the bytes it updates.
   const double optimizer_s = optimizer_largest_s * static_cast<double>(parameter_bytes) / largest_bytes;
   chain.fixed_time_s = seconds(start, marks->begin) + seconds(marks->end, marks->tail_done) +
                        (marks->head_backward_started ? seconds(marks->head_backward, backward_end) : 0.0) +
@@ -287,6 +293,10 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
   {
     std::lock_guard<std::mutex> lock(cpu_generator.mutex());
     cpu_generator.set_state(cpu_state);
+  }
+  if (device_generator) {
+    std::lock_guard<std::mutex> lock(device_generator->mutex());
+    device_generator->set_state(device_state);
   }
   return out;
 }

@@ -120,24 +120,27 @@ void validate_training_checkpoint(const TrainingCheckpoint& checkpoint, const st
                       trainable.at(name).scalar_type());
   }
 
-  // optimizer.safetensors: after a step, AdamW's state of every trainable tensor (adamw_state);
-  // before any, none.
+  // optimizer.safetensors: after a step, the optimizer's state of every trainable tensor
+  // (optimizer_state); before any, none.
   std::map<std::string, at::Tensor> optimizer(checkpoint.optimizer.begin(), checkpoint.optimizer.end());
   std::set<std::string> moments;
   if (p.global_step > 0) {
     for (const auto& [name, shape] : expected.trainable) {
-      for (const char* part : {".exp_avg", ".exp_avg_sq", ".step"}) moments.insert(name + part);
+      for (const auto& field : expected.optimizer_fields) moments.insert(name + "." + field);
     }
   }
   check_names(checkpoint.optimizer, "optimizer.safetensors", optimizer, moments, moments);
   for (const auto& [name, shape] : expected.trainable) {
     if (p.global_step == 0) break;
-    expect_shape(optimizer.at(name + ".exp_avg"), shape, "optimizer.safetensors", name + ".exp_avg");
-    expect_shape(optimizer.at(name + ".exp_avg_sq"), shape, "optimizer.safetensors", name + ".exp_avg_sq");
-    const at::Tensor& step = optimizer.at(name + ".step");
-    TORCH_CHECK_VALUE(step.dim() == 0 && step.scalar_type() == at::kLong, "[checkpoint] '", path,
-                      "/optimizer.safetensors': '", name, ".step' must be an int64 scalar, got ", step.scalar_type(),
-                      " of shape ", shape_text(step.sizes()));
+    for (const auto& field : expected.optimizer_fields) {
+      const at::Tensor& t = optimizer.at(name + "." + field);
+      if (t.dim() > 0) expect_shape(t, shape, "optimizer.safetensors", name + "." + field);
+    }
+    const auto step_entry = optimizer.find(name + ".step");
+    if (step_entry == optimizer.end() || step_entry->second.scalar_type() != at::kLong) continue;
+    const at::Tensor& step = step_entry->second;
+    TORCH_CHECK_VALUE(step.dim() == 0, "[checkpoint] '", path, "/optimizer.safetensors': '", name,
+                      ".step' must be an int64 scalar, got shape ", shape_text(step.sizes()));
     const int64_t count = step.item<int64_t>();
     TORCH_CHECK_VALUE(count >= 1 && count <= p.global_step, "[checkpoint] '", path, "/optimizer.safetensors': '",
                       name, ".step' must be in [1, ", p.global_step, "] (global_step), got ", count);

@@ -1,19 +1,26 @@
-// Reading `remat train` options from a config.json and the command line into a TrainConfig.
-// Key handling follows SimpleTuner's cli_utils.mapping_to_cli_args: config keys may carry a
-// leading "--", and the file is equivalent to the same flags written on the command line.
+// Reading `remat train` options from a config file (JSON, TOML or SimpleTuner's config.env) and
+// the command line into a TrainConfig. Key handling follows SimpleTuner's
+// cli_utils.mapping_to_cli_args: config keys may carry a leading "--", and the file is equivalent
+// to the same flags written on the command line.
 #include "remat/train/config.h"
 
 #include <cctype>
 #include <cmath>
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include "config_formats.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
 #include "remat/train/options.h"
 #include "remat/train/safety_check.h"
+#include "remat/train/simpletuner.h"
 
 namespace remat::train {
 
@@ -67,18 +74,46 @@ bool is_bool_word(const std::string& s) {
          l == "on" || l == "off";
 }
 
-}  // namespace
-
-OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* unknown) {
-  // Note [Bounded JSON] (remat/io/bounded_json.h): a regular file (a FIFO would block) of bounded
-  // size and depth, and messages that quote excerpts of values.
-  std::string text;
-  try {
-    text = io::read_regular_file(path, io::kMaxJsonFileBytes, "train", "config");
-  } catch (const c10::ValueError& e) {
-    throw ValidationError("config", path, "[train] config must be a readable JSON file, got '" + path +
-                                              "': " + e.what_without_backtrace());
+bool ends_with(const std::string& s, const std::string& suffix) {
+  if (s.size() < suffix.size()) return false;
+  for (size_t i = 0; i < suffix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) return false;
   }
+  return true;
+}
+
+// Adds one key of a config file. remat's options are stored under their canonical name; other
+// keys as written (validation classifies them).
+void add_value(OptionValues& values, const std::string& path, const std::string& raw_key,
+               std::optional<std::string> value, bool nested) {
+  const std::string key = strip_dashes(raw_key);
+  const OptionSpec* spec = find_option(key);
+  const std::string name = spec ? spec->name : key;
+  if (values.count(name)) {
+    throw ValidationError(name, raw_key,
+                          "[train] " + name + " must be given once in " + path + ", got it again as '" + raw_key + "'");
+  }
+  if (nested && spec) {
+    throw ValidationError(spec->name, value.value_or(""),
+                          "[train] " + spec->name + " must be a single value (string, number, boolean or null), got " +
+                              value.value_or(""));
+  }
+  values[name] = std::move(value);
+}
+
+// Note [Bounded JSON] (remat/io/bounded_json.h): a regular file (a FIFO would block) of bounded
+// size, whatever its format.
+std::string read_text(const std::string& path, const char* format) {
+  try {
+    return io::read_regular_file(path, io::kMaxJsonFileBytes, "train", "config");
+  } catch (const c10::ValueError& e) {
+    throw ValidationError("config", path, std::string("[train] config must be a readable ") + format +
+                                              " file, got '" + path + "': " + e.what_without_backtrace());
+  }
+}
+
+OptionValues read_json(const std::string& path) {
+  const std::string text = read_text(path, "JSON");
   nlohmann::json doc;
   try {
     io::check_json_text(text, io::kMaxJsonFileBytes, "[train] config '" + path + "'");
@@ -97,33 +132,104 @@ OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* 
   }
   OptionValues values;
   for (const auto& [raw_key, value] : doc.items()) {
-    const std::string key = strip_dashes(raw_key);
-    const OptionSpec* spec = find_option(key);
-    if (!spec) {
-      Diagnostic d{Diagnostic::Severity::Error, key, "", unknown_option_message(key, " in " + path)};
-      if (!unknown) throw ValidationError(d.option, d.value, d.message);
-      unknown->push_back(std::move(d));
-      continue;
-    }
-    if (values.count(spec->name)) {
-      throw ValidationError(spec->name, raw_key,
-                            "[train] " + spec->name + " must be given once in " + path + ", got it again as '" +
-                                raw_key + "'");
-    }
     if (value.is_null()) {
-      values[spec->name] = std::nullopt;
+      add_value(values, path, raw_key, std::nullopt, false);
     } else if (value.is_string()) {
-      values[spec->name] = value.get<std::string>();
+      add_value(values, path, raw_key, value.get<std::string>(), false);
     } else if (value.is_boolean() || value.is_number()) {
-      values[spec->name] = value.dump();
+      add_value(values, path, raw_key, value.dump(), false);
     } else {
-      const std::string shown = io::json_excerpt(value);
-      throw ValidationError(spec->name, shown,
-                            "[train] " + spec->name + " must be a single value (string, number, boolean or "
-                            "null), got " + shown);
+      add_value(values, path, raw_key, io::json_excerpt(value), true);
     }
   }
   return values;
+}
+
+// SimpleTuner's config.env (helpers/configuration/env_file.py parse_env_file): `NAME=value`
+// lines, optionally `export`ed, values optionally quoted, `NAME+=more` appending with a space.
+OptionValues read_env(const std::string& path, std::vector<Diagnostic>* notes) {
+  std::istringstream in(read_text(path, "config.env"));
+  std::vector<std::pair<std::string, std::string>> entries;
+  std::vector<std::string> malformed;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const auto trim = [](std::string s) {
+      const size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+      return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    line = trim(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (line.rfind("export ", 0) == 0) line = trim(line.substr(7));
+    const size_t append = line.find("+=");
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      malformed.push_back(std::to_string(number));
+      continue;
+    }
+    const bool appending = append != std::string::npos && append < eq;
+    std::string key = trim(line.substr(0, appending ? append : eq));
+    std::string value = trim(line.substr(eq + 1));
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front()) {
+      value = value.substr(1, value.size() - 2);
+    }
+    auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.first == key; });
+    if (it == entries.end()) entries.emplace_back(key, value);
+    else it->second = appending ? it->second + " " + value : value;
+  }
+  OptionValues values;
+  std::vector<std::string> other;
+  std::vector<std::string> extra_args;
+  for (const auto& [key, value] : entries) {
+    if (key == "TRAINER_EXTRA_ARGS") {
+      std::istringstream words(value);
+      for (std::string w; words >> w;) extra_args.push_back(w);
+      continue;
+    }
+    const SimpleTunerEnvName* env = find_simpletuner_env_name(key);
+    if (env == nullptr) {
+      other.push_back(key);
+      continue;
+    }
+    if (!env->value.empty()) {  // a switch such as USE_BITFIT=true -> layer_freeze_strategy=bitfit
+      const std::string l = value;
+      if (l == "true" || l == "True" || l == "1") add_value(values, path, env->option, env->value, false);
+      continue;
+    }
+    add_value(values, path, env->option, value, false);
+  }
+  // SimpleTuner appends TRAINER_EXTRA_ARGS after the named variables: its flags win.
+  const CommandLine extra = parse_command_line(extra_args);
+  for (const auto& [key, value] : extra.values) values[key] = value;
+  if (notes && !other.empty()) {
+    std::string names;
+    for (const auto& n : other) names += (names.empty() ? "" : ", ") + n;
+    notes->push_back({Diagnostic::Severity::Warning, "config", path,
+                      "[train] " + path + " sets " + names + ", which are not SimpleTuner's config.env option "
+                      "names (SimpleTuner only exports them to the environment); remat ignores them"});
+  }
+  if (notes && !malformed.empty()) {
+    std::string lines;
+    for (const auto& n : malformed) lines += (lines.empty() ? "" : ", ") + n;
+    notes->push_back({Diagnostic::Severity::Warning, "config", path,
+                      "[train] " + path + ": skipped malformed lines " + lines + " (not NAME=value)"});
+  }
+  return values;
+}
+
+}  // namespace
+
+OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* notes) {
+  if (ends_with(path, ".json")) return read_json(path);
+  if (ends_with(path, ".env")) return read_env(path, notes);
+  if (ends_with(path, ".toml")) {
+    return read_toml_config(path, [&path](OptionValues& values, const std::string& key,
+                                          std::optional<std::string> value, bool nested) {
+      add_value(values, path, key, std::move(value), nested);
+    });
+  }
+  throw ValidationError("config", path,
+                        "[train] config must be a .json, .toml or .env file (SimpleTuner's config.json, "
+                        "config.toml or config.env), got '" + path + "'");
 }
 
 CommandLine parse_command_line(const std::vector<std::string>& args) {
@@ -155,10 +261,9 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     }
     const OptionSpec* spec = find_option(key);
     if (!spec) {
-      // Reported with every other problem; an unknown flag's value is the next word, if any.
-      if (!value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) value = args[++i];
-      cl.unknown.push_back({Diagnostic::Severity::Error, key, value.value_or(""),
-                            unknown_option_message(key, " on the command line")});
+      // Not remat's: validation classifies it. Its value is the next word, if that is not a flag.
+      if (!value) value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0 ? args[++i] : "true";
+      cl.values[key] = *value;
       continue;
     }
     if (!value) {
@@ -190,15 +295,13 @@ TrainConfig build_train_config(const OptionValues& values, std::vector<std::stri
 TrainConfig load_train_config(const std::vector<std::string>& args, std::vector<std::string>& warnings,
                               const Environment& env) {
   const CommandLine cl = parse_command_line(args);
-  std::vector<Diagnostic> unknown;
+  std::vector<Diagnostic> notes;
   OptionValues values;
-  if (cl.config_path) values = read_config_file(*cl.config_path, &unknown);
-  unknown.insert(unknown.end(), cl.unknown.begin(), cl.unknown.end());
-  for (const auto& [key, value] : cl.values) values[key] = value;
+  if (cl.config_path) values = read_config_file(*cl.config_path, &notes);
+  for (const auto& [key, value] : cl.values) values[key] = value;  // flags override the file
   const ValidationReport report = validate_option_values(values, env);
-  std::vector<Diagnostic> errors = unknown;
-  for (auto& e : report.errors()) errors.push_back(std::move(e));
-  if (!errors.empty()) throw ValidationErrors(std::move(errors));
+  if (!report.ok()) throw ValidationErrors(report.errors());
+  for (const auto& n : notes) warnings.push_back(n.message);
   for (const auto& w : report.warnings()) warnings.push_back(w);
   return report.config;
 }

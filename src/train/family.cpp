@@ -47,11 +47,32 @@ std::string ModelFamily::lora_target(const TrainConfig& config) const {
   return lora_target_presets.empty() ? std::string() : lora_target_presets.front();
 }
 
+const FlavourSpec* ModelFamily::flavour(const std::string& n) const {
+  const auto alias = flavour_aliases.find(n);
+  const std::string& wanted = alias != flavour_aliases.end() ? alias->second : n;
+  for (const auto& f : flavour_specs) {
+    if (f.name == wanted) return &f;
+  }
+  return nullptr;
+}
+
+std::string ModelFamily::preset_of(const std::string& n) const {
+  if (const FlavourSpec* f = flavour(n)) return f->preset;
+  for (const auto& f : flavour_specs) {
+    if (f.preset == n) return f.preset;
+  }
+  std::string valid;
+  for (const auto& f : flavour_specs) valid += (valid.empty() ? "" : ", ") + f.name;
+  throw_value_error("[" + name + "] model_flavour must be one of " + valid + ", got '" + n + "'");
+}
+
 void register_family(ModelFamily family) {
   if (family.name.empty()) throw_value_error("[families] a family needs a name, got ''");
-  if (family.flavours.empty() || !family.build) {
-    throw_value_error("[families] family '" + family.name + "' needs flavours and a build function");
+  if (family.flavour_specs.empty() || !family.build) {
+    throw_value_error("[families] family '" + family.name + "' needs flavour_specs and a build function");
   }
+  family.flavours.clear();
+  for (const auto& f : family.flavour_specs) family.flavours.push_back(f.name);
   if (family.default_flavour.empty()) family.default_flavour = family.flavours.front();
   if (family.small_flavour.empty()) family.small_flavour = family.flavours.back();
   if (family.latents.family.empty()) family.latents.family = family.name;

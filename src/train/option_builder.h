@@ -116,8 +116,23 @@ class Opt {
   Opt& choices(std::vector<std::string> c) { spec_.choices = std::move(c); return *this; }
   Opt& keywords(std::vector<std::string> k) { spec_.keywords = std::move(k); return *this; }
   Opt& nullable() { spec_.nullable = true; return *this; }
-  Opt& depends(std::string option, std::string equals) {
-    spec_.depends_on.push_back({std::move(option), std::move(equals)});
+  /// In effect only when `option` is `equals`; `action` is what a UI does meanwhile ("show":
+  /// hide the field, "enable": grey it out).
+  Opt& depends(std::string option, std::string equals, std::string action = "show") {
+    spec_.depends_on.push_back({std::move(option), std::move(equals), std::move(action)});
+    return *this;
+  }
+  /// Labels of the choices, for UIs and docs.
+  Opt& labels(std::map<std::string, std::string> l) { spec_.choice_labels = std::move(l); return *this; }
+  /// Another value name accepted for choice `current`.
+  Opt& value_alias(std::string old, std::string current) {
+    spec_.value_aliases[std::move(old)] = std::move(current);
+    return *this;
+  }
+  /// A valid value whose training remat lacks (`needs` says what): an unsupported-computation
+  /// error unless --ignore_unsupported_options.
+  Opt& unsupported(std::string value, std::string needs) {
+    spec_.unsupported_values[std::move(value)] = std::move(needs);
     return *this;
   }
   Opt& checkpointing() { spec_.checkpointing = true; return *this; }

@@ -22,14 +22,12 @@
 #include "remat/checkpoint_plan.h"
 #include "remat/models/config_limits.h"
 #include "remat/train/family.h"
+#include "remat/train/optimizer.h"
+#include "remat/train/schedule.h"
+#include "remat/train/simpletuner.h"
 
 namespace remat::train {
 namespace {
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 // Upper bounds of the integer options (every one has one: values come from files and flags, and
 // an unbounded count overflowed or hung; Note [Option bounds]). kMaxTrainSteps and
@@ -43,6 +41,11 @@ constexpr double kMaxEpochs = 1'000'000;
 constexpr double kMaxSeed = 4294967295.0;      // 2^32 - 1
 constexpr double kMaxBlocks = models::kMaxConfigBlocks;  // blocks per stack
 constexpr double kMaxCheckpointsKept = 1'000'000;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
 
 using T = OptionType;
 using C = TrainConfig;
@@ -67,38 +70,56 @@ std::vector<OptionSpec> build_registry() {
   const auto add = [&r](Opt o) { r.push_back(o.done()); };
   // clang-format off
   // ---- Model ----
-  // The families' names, presets and defaults come from the family registry.
+  // The families' names, flavours and defaults come from the family registry.
   std::vector<std::string> family_names, all_flavours, default_flavours;
   std::map<std::string, std::vector<std::string>> flavours_by_family;
+  std::map<std::string, std::string> flavour_labels, flavour_aliases, flavour_unsupported;
   std::vector<std::string> family_titles;
   for (const ModelFamily* f : model_families()) {
     family_names.push_back(f->name);
     family_titles.push_back(f->display_name.empty() ? f->name : f->display_name);
-    all_flavours.insert(all_flavours.end(), f->flavours.begin(), f->flavours.end());
-    default_flavours.push_back(f->default_flavour);
+    for (const auto& flavour : f->flavour_specs) {
+      if (std::find(all_flavours.begin(), all_flavours.end(), flavour.name) == all_flavours.end()) {
+        all_flavours.push_back(flavour.name);
+      }
+      flavour_labels[flavour.name] = flavour.summary;
+      if (!flavour.unsupported.empty()) flavour_unsupported[flavour.name] = flavour.unsupported;
+    }
+    for (const auto& [old, current] : f->flavour_aliases) flavour_aliases[old] = current;
+    default_flavours.push_back(f->name + ": " + f->default_flavour);
     flavours_by_family[f->name] = f->flavours;
   }
   add(Opt(kModel, "model_family", T::Choice, bind_field(&C::model_family),
           "The architecture to train: " + join(family_titles, " or "))
       .choices(family_names));
-  add(Opt(kModel, "model_flavour", T::Choice, bind_field(&C::model_flavour),
-          "Preset of the model family (number of blocks, widths)")
-      .choices(all_flavours)
+  Opt flavour(kModel, "model_flavour", T::Choice, bind_field(&C::model_flavour),
+              "Which published model of the family (SimpleTuner's flavour names), or a small test "
+              "configuration");
+  flavour.choices(all_flavours)
       .choices_by("model_family", flavours_by_family)
+      .labels(flavour_labels)
       .nullable()
-      .tooltip("Must belong to model_family. The -tiny and -small presets are small configurations "
-               "for tests and benchmarks.")
-      .default_note("unset (the family's default: " + join(default_flavours, ", ") + ")"));
+      .tooltip("Must belong to model_family. The flavour fixes the architecture (and, for some, "
+               "settings SimpleTuner applies with it); the weights come from "
+               "pretrained_model_name_or_path. flux-tiny, flux-small, mageflow-tiny and "
+               "mageflow-small are remat's small configurations for tests and benchmarks.")
+      .default_note("unset (the family's default: " + join(default_flavours, ", ") + ")");
+  for (const auto& [old, current] : flavour_aliases) flavour.value_alias(old, current);
+  for (const auto& [name, needs] : flavour_unsupported) flavour.unsupported(name, needs);
+  add(std::move(flavour));
   add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind_field(&C::pretrained_model_name_or_path),
           "Transformer weights: a .safetensors file with diffusers key names")
       .nullable()
-      .tooltip("Unset: the transformer is initialised randomly (a warning is logged)."));
+      .tooltip("Unset: the transformer is initialised randomly (a warning is logged). remat reads "
+               "a local file; SimpleTuner also accepts a Hugging Face repository name."));
   add(Opt(kModel, "pretrained_transformer_config", T::Path, bind_field(&C::pretrained_transformer_config),
           "A transformer config.json (diffusers format) overriding the flavour's shapes")
       .nullable());
   add(Opt(kModel, "model_type", T::Choice, bind_field(&C::model_type),
           "Train every weight (full) or low-rank adapters (lora)")
-      .choices({"full", "lora"}));
+      .choices({"full", "lora"})
+      .labels({{"full", "Full fine-tune (every weight)"}, {"lora", "LoRA adapters"}})
+      .tooltip("SimpleTuner's default, full, is remat's too (it used to be lora; see CHANGELOG.md)."));
   // ---- LoRA ----
   add(Opt(kLora, "lora_rank", T::Int, bind_field(&C::lora_rank), "Dimension of LoRA update matrices")
       .min(1).max(kMaxLoraRank).depends("model_type", "lora"));
@@ -110,27 +131,60 @@ std::vector<OptionSpec> build_registry() {
       .min(0).max(1)
       .tooltip("Controls how much model weights change per step. Lower = more stable but slower. "
                "Typical range: 1e-6 to 1e-4"));
-  // SimpleTuner defaults to adamw_bf16; remat implements plain AdamW only.
   add(Opt(kOptim, "optimizer", T::Choice, bind_field(&C::optimizer),
-          "The optimizer (AdamW with decoupled weight decay)")
-      .choices({"adamw"}));
-  add(Opt(kOptim, "adam_beta1", T::Float, bind_field(&C::adam_beta1),
-          "First moment decay rate for Adam optimizers").min(0).max(1));
-  add(Opt(kOptim, "adam_beta2", T::Float, bind_field(&C::adam_beta2),
-          "Second moment decay rate for Adam optimizers").min(0).max(1));
-  add(Opt(kOptim, "adam_epsilon", T::Float, bind_field(&C::adam_epsilon),
-          "Small constant added for numerical stability").min(0));
-  add(Opt(kOptim, "adam_weight_decay", T::Float, bind_field(&C::adam_weight_decay),
-          "L2 regularisation strength for Adam-family optimizers").min(0));
+          "The optimizer (SimpleTuner's names; remat implements these three)")
+      .choices(optimizer_names())
+      .labels({{"adamw_bf16", "AdamW on bf16 weights with stochastic rounding (SimpleTuner's AdamWBF16)"},
+               {"torch-adamw", "AdamW (PyTorch's, fp32 state)"},
+               {"optimi-lion", "Lion (optimi's, sign of the momentum)"}})
+      .value_alias("lion", "optimi-lion")
+      .value_alias("adamw", "torch-adamw")
+      .tooltip("Each starts from its SimpleTuner defaults: adamw_bf16 betas (0.9, 0.999), eps 1e-6, "
+               "weight decay 0.01; torch-adamw (0.9, 0.999), 1e-8, 0.01; optimi-lion (0.9, 0.99), "
+               "weight decay 0. Change them with optimizer_config and optimizer_beta1/2 (SimpleTuner "
+               "uses adam_* only with DeepSpeed). Other SimpleTuner optimizers are an error naming "
+               "these."));
+  add(Opt(kOptim, "optimizer_config", T::String, bind_field(&C::optimizer_config),
+          "Optimizer settings to override, comma-separated: weight_decay=0.0,eps=1e-8")
+      .nullable()
+      .pattern("[A-Za-z_][A-Za-z0-9_]*=[^,=]*(,[A-Za-z_][A-Za-z0-9_]*=[^,=]*)*",
+               "comma-separated key=value pairs")
+      .tooltip("Keys each optimizer takes: adamw_bf16 and torch-adamw: weight_decay, eps (torch-adamw "
+               "also amsgrad); optimi-lion: weight_decay, decouple_lr, max_lr. Keys an optimizer "
+               "does not take are dropped with a warning, as SimpleTuner does."));
+  add(Opt(kOptim, "optimizer_beta1", T::Float, bind_field(&C::optimizer_beta1),
+          "First moment decay rate for optimizers (used when optimizer_beta2 is set too)")
+      .min(0).max(1).nullable());
+  add(Opt(kOptim, "optimizer_beta2", T::Float, bind_field(&C::optimizer_beta2),
+          "Second moment decay rate for optimizers (used when optimizer_beta1 is set too)")
+      .min(0).max(1).nullable());
   add(Opt(kOptim, "lr_scheduler", T::Choice, bind_field(&C::lr_scheduler),
           "How learning rate changes during training")
-      .choices({"constant", "constant_with_warmup", "cosine"})
-      .tooltip("constant with lr_warmup_steps > 0 is treated as constant_with_warmup, as in "
-               "SimpleTuner. cosine decays to 0 at the last step after the warmup."));
+      .choices(lr_scheduler_names())
+      .value_alias("cosine_with_warmup", "cosine")
+      .labels({{"constant", "Constant"},
+               {"constant_with_warmup", "Linear warmup, then constant"},
+               {"linear", "Linear warmup, then linear decay to 0"},
+               {"polynomial", "Linear warmup, then polynomial decay to lr_end"},
+               {"cosine", "Raised cosine with half-period lr_warmup_steps, down to lr_end"},
+               {"sine", "Sine wave with half-period lr_warmup_steps, between lr_end and the rate"},
+               {"cosine_with_restarts", "SimpleTuner's restarts schedule (stays at the rate)"}})
+      .tooltip("As SimpleTuner computes them (remat/train/schedule.h has each formula): constant "
+               "with lr_warmup_steps > 0 becomes constant_with_warmup; cosine, sine and "
+               "cosine_with_restarts use lr_warmup_steps as their period, not as a warmup; "
+               "cosine_with_warmup is read as cosine."));
   add(Opt(kOptim, "lr_warmup_steps", T::Int, bind_field(&C::lr_warmup_steps),
           "Number of steps to gradually increase LR from 0").min(0).max(kMaxTrainSteps));
+  add(Opt(kOptim, "lr_end", T::Float, bind_field(&C::lr_end),
+          "The lowest learning rate of the polynomial, cosine and sine schedules").min(0));
+  add(Opt(kOptim, "lr_power", T::Float, bind_field(&C::lr_power),
+          "Power of the polynomial schedule's decay").min(0));
   add(Opt(kOptim, "max_grad_norm", T::Float, bind_field(&C::max_grad_norm),
           "Gradient clipping threshold to prevent exploding gradients (0 disables clipping)").min(0));
+  add(Opt(kOptim, "grad_clip_method", T::Choice, bind_field(&C::grad_clip_method),
+          "How max_grad_norm clips: each gradient value, or the global norm")
+      .choices({"value", "norm"})
+      .labels({{"value", "Clip individual values to +-max_grad_norm"}, {"norm", "Clip the global L2 norm"}}));
   // ---- Training ----
   add(Opt(kTraining, "train_batch_size", T::Int, bind_field(&C::train_batch_size),
           "Number of samples processed per forward/backward pass").min(1).max(kMaxBatch));
@@ -139,15 +193,17 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kTraining, "max_train_steps", T::Int, bind_field(&C::max_train_steps),
           "Maximum number of training steps (0 = use epochs instead)").min(0).max(kMaxTrainSteps));
   add(Opt(kTraining, "num_train_epochs", T::Int, bind_field(&C::num_train_epochs),
-          "Number of passes over the data when max_train_steps is 0").min(1).max(kMaxEpochs)
-      .tooltip("The steps it works out to (epochs x batches per epoch / gradient_accumulation_steps) "
-               "must also be at most " + std::to_string(kMaxTrainSteps) + "."));
-  // [0, 2^32 - 1]: the seeds numpy accepts, to which SimpleTuner passes its seed.
+          "Number of passes over the data (0 = use max_train_steps instead)").min(0).max(kMaxEpochs)
+      .tooltip("max_train_steps wins when both are set; one of them must be above 0. The steps it "
+               "works out to (epochs x batches per epoch / gradient_accumulation_steps) must be at "
+               "most " + std::to_string(kMaxTrainSteps) + "."));
   add(Opt(kTraining, "seed", T::Int, bind_field(&C::seed), "Seed used for deterministic training behaviour")
+      // [0, 2^32 - 1]: the seeds numpy accepts, to which SimpleTuner passes its seed.
       .min(0).max(kMaxSeed).nullable().tooltip("Unset: a random seed, logged at start."));
   add(Opt(kTraining, "mixed_precision", T::Choice, bind_field(&C::mixed_precision),
           "Precision for training computations")
       .choices({"no", "bf16"})
+      .labels({{"no", "fp32"}, {"bf16", "bfloat16 autocast"}})
       .tooltip("bf16 runs the transformer under bfloat16 autocast with fp32 master weights; no "
                "trains in fp32."));
   // ---- Flow matching ----
@@ -163,75 +219,102 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kFlow, "flow_use_uniform_schedule", T::Bool, bind_field(&C::flow_use_uniform_schedule),
           "Use uniform schedule instead of sigmoid for flow-matching"));
   // ---- Gradient checkpointing ----
+  // Help, tooltips and labels are remat's own words; they cover what SimpleTuner's field registry
+  // says of these options (chunk size and spacing, labelled backends, enable/show dependencies).
   add(Opt(kCkpt, "gradient_checkpointing", T::Bool, bind_field(&C::gradient_checkpointing),
-          "Trade compute for memory by recomputing activations")
+          "Save memory by running checkpointed blocks again in the backward pass instead of "
+          "keeping their activations")
       .checkpointing()
-      .tooltip("Checkpointed blocks keep only their inputs during the forward pass and run again "
-               "during backward to rebuild the rest."));
+      .tooltip("A checkpointed block keeps only its inputs during the forward pass; backward runs it "
+               "once more to rebuild the rest. Activation memory drops sharply and each step takes "
+               "longer (SimpleTuner quotes about 20%)."));
   add(Opt(kCkpt, "gradient_checkpointing_interval", T::Int, bind_interval(),
-          "Checkpoint contiguous chunks of N transformer blocks (leave blank for per-block "
-          "checkpointing)")
+          "Chunk size: how many consecutive transformer blocks share one checkpoint (blank: "
+          "every block is checkpointed on its own)")
       .min(1).max(kMaxBlocks).keywords({"auto"}).nullable().checkpointing()
-      .depends("gradient_checkpointing", "true")
-      .tooltip("Higher values reduce recompute overhead but keep more activations in memory. Flux "
-               "and MageFlow use contiguous chunked checkpointing on whole-block paths."));
+      .depends("gradient_checkpointing", "true", "enable")
+      .tooltip("Flux and MageFlow checkpoint whole blocks in contiguous chunks of N blocks; "
+               "gradient_checkpointing_segment_stride sets the spacing between chunks. A larger "
+               "chunk stores fewer block inputs but has all of its activations in memory while it is "
+               "recomputed. (For some other model families SimpleTuner reads N as \"checkpoint every "
+               "N-th block\".) 1 is the same as blank; auto lets the budget planner choose the layout "
+               "for gradient_checkpointing_memory_budget."));
   add(Opt(kCkpt, "gradient_checkpointing_segment_stride", T::Int,
           bind_field(&C::gradient_checkpointing_segment_stride),
-          "Start a checkpointed chunk every N blocks; the blocks between chunks keep their "
-          "activations (leave blank for N = interval)")
-      .min(1).max(kMaxBlocks).nullable().checkpointing().depends("gradient_checkpointing", "true")
+          "Spacing: a checkpointed chunk starts every N blocks, and the blocks between chunks keep "
+          "their activations (blank: N = the interval, chunks back to back)")
+      .min(1).max(kMaxBlocks).nullable().checkpointing().depends("gradient_checkpointing", "true", "enable")
       .at_least("gradient_checkpointing_interval")
-      .tooltip("Must be at least the interval; needs an interval. With interval 2 and stride 4, "
-               "blocks 0-1 are checkpointed, 2-3 run normally, 4-5 are checkpointed, and so on."));
+      .tooltip("Needs an interval and must be at least as large. Interval 2 with stride 4 "
+               "checkpoints blocks 0-1, runs 2-3 normally, checkpoints 4-5, and so on; every block "
+               "stack (Flux's double and single blocks) starts the pattern again at its first block."));
   add(Opt(kCkpt, "gradient_checkpointing_backend", T::Choice, bind_field(&C::gradient_checkpointing_backend),
-          "Backend and scope for gradient checkpointing. torch recomputes activations; unsloth "
-          "offloads the saved block inputs to pinned host memory")
+          "How checkpointed activations come back during backward, and which part of each block "
+          "is checkpointed")
       .choices(CheckpointPlan::backend_names())
-      .checkpointing().depends("gradient_checkpointing", "true")
-      .tooltip("FFN-only variants (-ffn) checkpoint the feed-forward half of each block and do not "
-               "use contiguous chunks. unsloth needs CUDA: on CPU the saved tensors stay in place."));
+      .labels({{"torch", "Recompute whole blocks (PyTorch)"},
+               {"unsloth", "Recompute whole blocks, block inputs kept in host memory (Unsloth)"},
+               {"torch-ffn", "Recompute only the feed-forward part (PyTorch)"},
+               {"unsloth-ffn", "Recompute only the feed-forward part, its inputs kept in host memory (Unsloth)"}})
+      .checkpointing().depends("gradient_checkpointing", "true", "show")
+      .tooltip("torch recomputes from inputs kept on the device; unsloth also moves those saved "
+               "inputs to pinned host memory and back (needs CUDA; on CPU they stay where they are). "
+               "The -ffn variants checkpoint only each block's feed-forward half, a cheaper trade "
+               "that keeps the attention activations, and do not use chunks."));
   add(Opt(kCkpt, "gradient_checkpointing_memory_budget", T::Bytes,
           bind_field(&C::gradient_checkpointing_memory_budget, /*bytes=*/true),
           "Peak memory budget of a training step (weights, gradients, optimizer state and "
           "activations) for gradient_checkpointing_interval=auto, e.g. 20GiB, 512MiB, 1.5GB")
       .min(1).nullable().checkpointing()
-      .depends("gradient_checkpointing", "true").depends("gradient_checkpointing_interval", "auto")
+      .depends("gradient_checkpointing", "true", "enable")
+      .depends("gradient_checkpointing_interval", "auto", "enable")
       .tooltip("The budget planner chooses, per block, keep / recompute / offload so that the "
                "predicted peak of the whole step fits this budget with the least predicted step "
                "time. Unset: what the device has free. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
                "powers of 1000."));
   // ---- Data and output ----
   add(Opt(kData, "instance_data_dir", T::Path, bind_field(&C::instance_data_dir),
-          "Directory with the training data").nullable());
+          "Directory with the training data: a latent cache (one .safetensors per sample)")
+      .nullable()
+      .tooltip("remat trains on cached latents and text embeddings; SimpleTuner's "
+               "data_backend_config is not read. `remat make-demo-data --output DIR` writes one."));
   // SimpleTuner's default is "simpletuner-results"; this tool names its own.
   add(Opt(kData, "output_dir", T::Path, bind_field(&C::output_dir),
           "Directory where model checkpoints and logs will be saved"));
-  add(Opt(kData, "checkpointing_steps", T::Int, bind_field(&C::checkpointing_steps),
+  add(Opt(kData, "checkpoint_step_interval", T::Int, bind_field(&C::checkpoint_step_interval),
           "Save a training checkpoint every N steps (0: only at the end)")
-      .min(0).max(kMaxTrainSteps).alias("checkpoint_step_interval")
-      .tooltip("SimpleTuner's newer name checkpoint_step_interval is accepted too."));
+      .min(0).max(kMaxTrainSteps).alias("checkpointing_steps")
+      .tooltip("SimpleTuner's older name checkpointing_steps is accepted too. SimpleTuner's minimum "
+               "is 1; 0 is remat's own: only the checkpoint at the end."));
   add(Opt(kData, "checkpoints_total_limit", T::Int, bind_field(&C::checkpoints_total_limit),
-          "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0).max(kMaxCheckpointsKept));
+          "Maximum number of checkpoints to keep on disk (0 keeps all)").min(0).max(kMaxCheckpointsKept)
+      .alias("save_total_limit"));
   add(Opt(kData, "resume_from_checkpoint", T::Path, bind_field(&C::resume_from_checkpoint),
           "Select checkpoint to resume training from: a checkpoint directory, or latest")
       .keywords({"latest"}).nullable()
       .tooltip("latest resumes from the newest checkpoint in output_dir and starts fresh when there "
-               "is none. Leave blank to start from scratch."));
+               "is none; none starts from scratch. null or blank is the default, latest (SimpleTuner "
+               "drops such keys)."));
   // ---- Runtime ----
   add(Opt(kRuntime, "device", T::String, bind_field(&C::device), "Device to train on: auto, cpu, cuda or cuda:N")
       .pattern("auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a device index)")
       .tooltip("auto picks cuda when available, else cpu; cuda:1 is the second GPU."));
-  add(Opt(kRuntime, "num_threads", T::Int, bind_field(&C::num_threads),
-          "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0).max(kMaxNumThreads));
+  add(Opt(kRuntime, "torch_num_threads", T::Int, bind_field(&C::torch_num_threads),
+          "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0).max(kMaxNumThreads)
+      .alias("num_threads")
+      .tooltip("SimpleTuner's default is 8; remat leaves LibTorch's own choice unless this is set."));
   add(Opt(kRuntime, "report_every", T::Int, bind_field(&C::report_every),
           "Log loss, learning rate, step time and peak memory every N steps").min(1).max(kMaxTrainSteps));
   // remat's own: SimpleTuner has no memory admission to override.
   add(Opt(kRuntime, "skip_memory_check", T::Bool, bind_field(&C::skip_memory_check),
           "Build the model even when its predicted memory exceeds what the device has available")
-      .tooltip("Before the model is allocated, its weights (and the gradients and AdamW state of the "
-               "trainable parameters) are predicted from its config and compared with the device's "
-               "available memory; a model that cannot fit is refused with both figures and the options "
-               "that would make it fit. This skips that check."));
+      .tooltip("Before the model is allocated, its weights (and the gradients and optimizer state of "
+               "the trainable parameters) are predicted from its config and compared with the "
+               "device's available memory; a model that cannot fit is refused with both figures and "
+               "the options that would make it fit. This skips that check."));
+  add(Opt(kRuntime, "ignore_unsupported_options", T::Bool, bind_field(&C::ignore_unsupported_options),
+          "Train even when the config sets SimpleTuner options that change what training computes "
+          "and remat does not implement yet (they are ignored, with a warning)"));
   // clang-format on
   // The families' own options, each placed at the end of its section.
   for (const ModelFamily* f : model_families()) {
@@ -244,6 +327,7 @@ std::vector<OptionSpec> build_registry() {
   };
   std::stable_sort(r.begin(), r.end(),
                    [&](const OptionSpec& a, const OptionSpec& b) { return rank(a) < rank(b); });
+  for (size_t i = 0; i < r.size(); ++i) r[i].order = static_cast<int>(i);
   return r;
 }
 
@@ -260,14 +344,31 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-std::string closest_of(std::string_view word, const std::vector<std::string>& candidates) {
+std::string closest_of(std::string_view word, const std::vector<std::string>& candidates,
+                       size_t* distance = nullptr) {
   std::string best;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const auto& c : candidates) {
     const size_t d = edit_distance(word, c);
     if (d < best_d) best_d = d, best = c;
   }
+  if (distance) *distance = best_d;
   return best;
+}
+
+// How far a misspelling may be from what was meant: 1 edit in short words, 2 up to 12
+// characters, 3 beyond. Further than that a suggestion is a guess (data_backend_config is not a
+// misspelling of adam_epsilon).
+size_t close_enough(std::string_view word) {
+  return word.size() <= 4 ? 1 : word.size() <= 12 ? 2 : 3;
+}
+
+// " (did you mean 'x'?)" when a candidate is close enough, else "".
+std::string did_you_mean(std::string_view word, const std::vector<std::string>& candidates) {
+  size_t d = 0;
+  const std::string best = closest_of(word, candidates, &d);
+  if (best.empty() || d > close_enough(word)) return "";
+  return " (did you mean '" + best + "'?)";
 }
 
 
@@ -301,7 +402,16 @@ std::string describe_valid(const OptionSpec& spec) {
       break;
   }
   for (const auto& k : spec.keywords) d += " or " + k;
-  if (spec.nullable) d += ", or blank to leave unset";
+  if (spec.type == T::Choice && !spec.value_aliases.empty()) {
+    d += " (";
+    bool first = true;
+    for (const auto& [old, current] : spec.value_aliases) {
+      d += (first ? "" : ", ") + old + " is read as " + current;
+      first = false;
+    }
+    d += ")";
+  }
+  if (spec.nullable) d += ", or none to leave unset";
   return d;
 }
 
@@ -402,11 +512,29 @@ std::string closest_option(std::string_view name) {
   return spec ? spec->name : best;
 }
 
-OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::string>& maybe_text) {
-  if (!maybe_text || (spec.nullable && is_unset_word(*maybe_text))) {
-    if (!spec.nullable) invalid(spec, maybe_text ? *maybe_text : "null");
-    return std::monostate{};
+std::optional<std::string> suggest_option(std::string_view name) {
+  while (!name.empty() && name.front() == '-') name.remove_prefix(1);
+  std::vector<std::string> names;
+  for (const auto& spec : option_specs()) {
+    names.push_back(spec.name);
+    names.insert(names.end(), spec.aliases.begin(), spec.aliases.end());
   }
+  for (const auto& st : simpletuner_options()) names.push_back(st.name);
+  size_t d = 0;
+  const std::string best = closest_of(name, names, &d);
+  if (best.empty() || d > close_enough(name)) return std::nullopt;
+  const OptionSpec* spec = find_option(best);
+  return spec ? spec->name : best;
+}
+
+OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::string>& maybe_text) {
+  // null and "" mean "the default" for every option (SimpleTuner drops such keys); the words
+  // none / null unset the options that may be unset.
+  if (!maybe_text || maybe_text->empty()) {
+    if (!spec.default_value) return std::monostate{};
+    return parse_option_value(spec, spec.default_value);
+  }
+  if (spec.nullable && is_unset_word(*maybe_text)) return std::monostate{};
   const std::string& text = *maybe_text;
   for (const auto& k : spec.keywords) {
     if (lower(text) == k) return k;
@@ -422,12 +550,21 @@ OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::
       errno = 0;
       char* end = nullptr;
       const long long v = std::strtoll(text.c_str(), &end, 10);
+      if (!text.empty() && !std::isspace(static_cast<unsigned char>(text[0])) && *end == '\0' &&
+          errno != ERANGE) {
+        check_range(spec, static_cast<double>(v), text);
+        return static_cast<int64_t>(v);
+      }
+      // An integral float ("16.0", "1e3", what JSON writers produce) is that integer; any
+      // fraction is an error.
+      errno = 0;
+      const double f = std::strtod(text.c_str(), &end);
       if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || *end != '\0' ||
-          errno == ERANGE) {
+          !std::isfinite(f) || f != std::floor(f) || std::fabs(f) > 9.007199254740992e15) {
         invalid(spec, text);
       }
-      check_range(spec, static_cast<double>(v), text);
-      return static_cast<int64_t>(v);
+      check_range(spec, f, text);
+      return static_cast<int64_t>(f);
     }
     case T::Float: {
       errno = 0;
@@ -444,11 +581,12 @@ OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::
       if (!spec.pattern.empty() && !std::regex_match(text, std::regex(spec.pattern))) invalid(spec, text);
       return text;
     case T::Path:
-      if (text.empty()) invalid(spec, text);
       return text;
     case T::Choice: {
       if (std::find(spec.choices.begin(), spec.choices.end(), text) != spec.choices.end()) return text;
-      invalid(spec, text, " (did you mean '" + closest_of(text, spec.choices) + "'?)");
+      const auto alias = spec.value_aliases.find(text);
+      if (alias != spec.value_aliases.end()) return alias->second;
+      invalid(spec, text, did_you_mean(text, spec.choices));
     }
     case T::Bytes: {
       const int64_t v = parse_bytes(text, spec.name);

@@ -99,8 +99,14 @@ void TrainingStep::sync_gradients() {
 at::Tensor TrainingStep::clip_gradients() {
   if (!(settings_.max_grad_norm > 0) && !settings_.measure_grad_norm) return {};
   begin(StepPhase::Clip);
-  const double max_norm = settings_.max_grad_norm > 0 ? settings_.max_grad_norm : INFINITY;
-  at::Tensor norm = clip_grad_norm(parameters_, max_norm);
+  const bool by_value = settings_.clip_by_value && settings_.max_grad_norm > 0;
+  const double max_norm = settings_.max_grad_norm > 0 && !by_value ? settings_.max_grad_norm : INFINITY;
+  at::Tensor norm = clip_grad_norm(parameters_, max_norm);  // with by_value: measures only
+  if (by_value) {
+    for (const auto& p : parameters_) {
+      if (p.grad().defined()) p.grad().data().clamp_(-settings_.max_grad_norm, settings_.max_grad_norm);
+    }
+  }
   end(StepPhase::Clip);
   return norm;
 }

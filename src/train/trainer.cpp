@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <random>
+#include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
@@ -31,14 +32,21 @@
 //   - the data order is recomputed from (seed, epoch); the checkpoint stores the position;
 //   - noise and sigmas come from the trainer's own CPU generator, saved with the global CPU
 //     generator (dropout, anything else) and, on CUDA, the device generator;
-//   - AdamW's per-parameter state (step count, moments) is saved; the learning rate is a pure
-//     function of the step;
+//   - the optimizer's per-parameter state (AdamW's moments and step count, AdamWBF16's buffers,
+//     Lion's momentum) is saved; the learning rate is a pure function of the step;
 //   - the trainable weights are saved exactly (float32 bits).
 // Frozen weights are rebuilt from the same seed or pretrained file, so they need no saving.
 
 namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
+
+// A hyperparameter as a person writes it (0.9, 1e-06).
+std::string render_number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
 
 std::vector<io::NamedTensor> generator_states(const at::Generator& noise, const at::Device& device) {
   std::vector<io::NamedTensor> states;
@@ -105,7 +113,6 @@ class Trainer {
   std::unique_ptr<Transformer> model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  torch::optim::AdamW* adamw_ = nullptr;  // optimizer_, for its saved state
   LrSchedule schedule_;
   std::vector<at::Tensor> params_;   // the trainable tensors, in trainable_ order
   StepSettings step_settings_;
@@ -119,7 +126,7 @@ class Trainer {
 };
 
 void Trainer::setup() {
-  if (config_.num_threads > 0) torch::set_num_threads(static_cast<int>(config_.num_threads));
+  if (config_.torch_num_threads > 0) torch::set_num_threads(static_cast<int>(config_.torch_num_threads));
   seed_ = config_.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
   torch::manual_seed(static_cast<uint64_t>(seed_));
   noise_generator_ = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) ^ 0x9e3779b97f4a7c15ULL);
@@ -192,15 +199,17 @@ void Trainer::setup() {
   TORCH_CHECK_VALUE(!params_.empty(), "[train] the model has no trainable parameters");
   hooks_.log("[train] " + std::to_string(count) + " trainable parameters in " +
              std::to_string(params_.size()) + " tensors");
-  optimizer_ = make_optimizer(params_, optimizer_settings(config_));
-  adamw_ = dynamic_cast<torch::optim::AdamW*>(optimizer_.get());
-  TORCH_CHECK(adamw_ != nullptr, "[train] checkpoints save AdamW state; optimizer ", config_.optimizer,
-              " has no saved form yet");
+  const OptimizerSettings optimizer = optimizer_settings(config_);
+  optimizer_ = make_optimizer(params_, optimizer);
+  hooks_.log("[train] optimizer " + optimizer.name + ": betas (" + render_number(optimizer.beta1) + ", " +
+             render_number(optimizer.beta2) + "), weight decay " + render_number(optimizer.weight_decay) +
+             (optimizer.name == "optimi-lion" ? std::string() : ", eps " + render_number(optimizer.epsilon)));
 
   step_settings_.flow = FlowMatchingOptions{config_.flow_schedule_shift, config_.flow_sigmoid_scale,
                                             config_.flow_use_uniform_schedule, config_.flux_guidance_value};
   if (config_.mixed_precision == "bf16") step_settings_.autocast = at::kBFloat16;
   step_settings_.max_grad_norm = config_.max_grad_norm;
+  step_settings_.clip_by_value = config_.grad_clip_method == "value";
   step_settings_.measure_grad_norm = true;  // reported in metrics.jsonl
   step_ = std::make_unique<TrainingStep>(*model_, *optimizer_, params_, step_settings_);
   step_->add_observer(&peak_);
@@ -226,8 +235,13 @@ void Trainer::plan_checkpointing() {
   StepProfileOptions options;
   options.gradients_persist = config_.gradient_accumulation_steps > 1;
   try {
-    apply_auto_layout(*model_, *optimizer_, params_, batch, step_settings_, noise_generator_,
-                      config_.gradient_checkpointing_memory_budget, hooks_.log, options);
+    const AutoLayout chosen =
+        apply_auto_layout(*model_, *optimizer_, params_, batch, step_settings_, noise_generator_,
+                          config_.gradient_checkpointing_memory_budget, hooks_.log, options);
+    // The same per-stack line a fixed interval logs.
+    hooks_.log("[train] gradient checkpointing: " +
+               CheckpointPlan::from_layouts(chosen.stack_layouts)
+                   .describe(family_.checkpointing.stacks, model_->stack_sizes()));
   } catch (const NoLayoutFits& e) {
     const auto budget = config_.gradient_checkpointing_memory_budget;
     throw ValidationError("gradient_checkpointing_memory_budget",
@@ -249,6 +263,7 @@ void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
       {"cuda", device_.is_cuda() ? at::globalContext().defaultGenerator(device_).get_state().numel() : -1}};
   expected.batches_per_epoch = batches_per_epoch;
   expected.gradient_accumulation_steps = config_.gradient_accumulation_steps;
+  expected.optimizer_fields = optimizer_state_fields(*optimizer_);
   validate_training_checkpoint(checkpoint, path, expected);
 
   std::map<std::string, at::Tensor> saved(checkpoint.trainable.begin(), checkpoint.trainable.end());
@@ -256,7 +271,7 @@ void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
     torch::NoGradGuard no_grad;
     for (auto& [name, p] : trainable_) p.copy_(saved.at(name));
   }
-  restore_adamw_state(*adamw_, trainable_, checkpoint.optimizer);
+  restore_optimizer_state(*optimizer_, trainable_, checkpoint.optimizer);
   restore_generators(checkpoint.rng, noise_generator_, device_);
   position_ = checkpoint.position;
   hooks_.log("[train] resumed from " + path + " at step " + std::to_string(position_.global_step));
@@ -328,7 +343,7 @@ std::string Trainer::save_checkpoint() {
   TrainingCheckpoint checkpoint;
   checkpoint.position = position_;
   for (const auto& [name, p] : trainable_) checkpoint.trainable.emplace_back(name, p.detach());
-  checkpoint.optimizer = adamw_state(*adamw_, trainable_);
+  checkpoint.optimizer = optimizer_state(*optimizer_, trainable_);
   checkpoint.rng = generator_states(noise_generator_, device_);
   checkpoint.facts = {{"model_family", config_.model_family},
                       {"model_flavour", config_.model_flavour},
@@ -389,7 +404,7 @@ TrainResult Trainer::run() {
     }
     train_step(step);
     position_.global_step = step;
-    const bool checkpoint_now = config_.checkpointing_steps > 0 && step % config_.checkpointing_steps == 0;
+    const bool checkpoint_now = config_.checkpoint_step_interval > 0 && step % config_.checkpoint_step_interval == 0;
     if (hooks_.on_step || checkpoint_now || step % config_.report_every == 0 || step == total_steps_) {
       flush_records(result, metrics, progress);
     }

@@ -50,45 +50,6 @@ std::string unique_suffix() {
 
 }  // namespace
 
-std::vector<io::NamedTensor> adamw_state(
-    torch::optim::AdamW& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params) {
-  std::vector<io::NamedTensor> out;
-  auto& states = optimizer.state();
-  for (const auto& [name, p] : params) {
-    auto it = states.find(compat::optimizer_state_key(states, p));
-    if (it == states.end()) continue;
-    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    out.emplace_back(name + ".exp_avg", s.exp_avg());
-    out.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq());
-    out.emplace_back(name + ".step", torch::tensor(s.step(), torch::kLong));
-  }
-  return out;
-}
-
-void restore_adamw_state(torch::optim::AdamW& optimizer,
-                         const std::vector<std::pair<std::string, at::Tensor>>& params,
-                         const std::vector<io::NamedTensor>& state) {
-  std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
-  auto& states = optimizer.state();
-  for (const auto& [name, p] : params) {
-    const auto avg = by_name.find(name + ".exp_avg");
-    if (avg == by_name.end()) continue;  // never stepped when saved
-    const auto avg_sq = by_name.find(name + ".exp_avg_sq");
-    const auto step = by_name.find(name + ".step");
-    TORCH_CHECK(avg_sq != by_name.end() && step != by_name.end(),
-                "[checkpoint] optimizer state of '", name, "' is incomplete (needs exp_avg, "
-                "exp_avg_sq and step)");
-    TORCH_CHECK(avg->second.sizes() == p.sizes() && avg_sq->second.sizes() == p.sizes(),
-                "[checkpoint] optimizer state of '", name, "' has shape ", avg->second.sizes(),
-                ", the parameter has ", p.sizes());
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(step->second.item<int64_t>());
-    s->exp_avg(avg->second.to(p.options()).clone());
-    s->exp_avg_sq(avg_sq->second.to(p.options()).clone());
-    states[compat::optimizer_state_key(states, p)] = std::move(s);
-  }
-}
-
 std::string save_training_checkpoint(const std::string& output_dir,
                                      const TrainingCheckpoint& checkpoint) {
   const fs::path root(output_dir);

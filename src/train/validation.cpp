@@ -3,6 +3,7 @@
 // depends_on, deprecations) and from the families (remat/train/family.h); the checkpointing
 // safety check (safety_check.cpp) adds SimpleTuner's rules for the checkpointing options.
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <c10/util/Exception.h>
@@ -11,7 +12,9 @@
 #include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/options.h"
+#include "remat/train/optimizer.h"
 #include "remat/train/safety_check.h"
+#include "remat/train/simpletuner.h"
 
 namespace remat::train {
 namespace {
@@ -36,8 +39,9 @@ std::string unknown_option_message(std::string_view name, const std::string& whe
   // A key from a file may be megabytes long: the message quotes its head, and the edit distance
   // (quadratic) only compares a head no option name is longer than.
   const std::string_view head = name.substr(0, 200);
-  return "[train] unknown option '" + io::text_excerpt(name) + "'" + where + " (did you mean '" +
-         closest_option(head) + "'?)";
+  const auto suggestion = suggest_option(head);
+  return "[train] unknown option '" + io::text_excerpt(name) + "'" + where +
+         (suggestion ? " (did you mean '" + *suggestion + "'?)" : std::string());
 }
 
 std::vector<Diagnostic> dependency_diagnostics(TrainConfig& config, bool checkpointing) {
@@ -110,6 +114,46 @@ std::vector<std::string> ValidationReport::warnings() const {
   return out;
 }
 
+namespace {
+
+// A value remat would have to train differently for: a SimpleTuner option it does not implement
+// set to a non-neutral value, or a remat option's value whose training it lacks.
+struct Unsupported {
+  std::string option, value, why;
+};
+
+// "[train] 30 SimpleTuner options remat does not implement are ignored:" and one line per group.
+std::string grouped_warning(const std::vector<std::pair<const SimpleTunerOption*, std::string>>& ignored,
+                            const std::vector<Unsupported>& overridden) {
+  std::string out = "[train] " + std::to_string(ignored.size() + overridden.size()) + " SimpleTuner option" +
+                    (ignored.size() + overridden.size() == 1 ? " that remat does not implement is" :
+                                                               "s that remat does not implement are") +
+                    " ignored:";
+  for (const auto& [group, title] : simpletuner_groups()) {
+    std::string names;
+    for (const auto& [option, shown] : ignored) {
+      if (option->group == group) names += (names.empty() ? "" : ", ") + shown;
+    }
+    if (!names.empty()) out += "\n    " + title + ": " + names;
+  }
+  if (!overridden.empty()) {
+    out += "\n    changing what training computes, ignored because of --ignore_unsupported_options: ";
+    for (size_t i = 0; i < overridden.size(); ++i) {
+      out += (i ? "; " : "") + overridden[i].option + "=" + overridden[i].value + " (" + overridden[i].why + ")";
+    }
+  }
+  return out;
+}
+
+bool truthy(const std::optional<std::string>& text) {
+  if (!text) return false;
+  std::string l;
+  for (char c : *text) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return l == "true" || l == "1" || l == "yes" || l == "on";
+}
+
+}  // namespace
+
 ValidationReport validate_option_values(const OptionValues& values, const Environment& env, bool safety) {
   ValidationReport report;
   TrainConfig& config = report.config;
@@ -121,24 +165,73 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
     out.push_back({Severity::Warning, option, value, message});
   };
 
-  // 1. Each value on its own: a known option, its type, range, choices and pattern.
+  // 1. Every key classified: remat's option (typed, range, choices, pattern), a SimpleTuner
+  //    option remat does not implement, or unknown to both.
   std::set<std::string> refused;
+  std::vector<std::string> given, unknown;
+  std::vector<std::pair<const SimpleTunerOption*, std::string>> ignored;  // option, as shown
+  std::vector<Unsupported> unsupported;
+  const auto ignore_it = values.find("ignore_unsupported_options");
+  const bool ignore_unsupported = ignore_it != values.end() && truthy(ignore_it->second);
   for (const auto& [key, text] : values) {
     const OptionSpec* spec = find_option(key);
     if (spec == nullptr) {
-      error(key, text.value_or(""), unknown_option_message(key, ""));
+      const SimpleTunerOption* st = find_simpletuner_option(key);
+      if (st == nullptr) {
+        unknown.push_back(key);
+      } else if (st->changes_training && !st->is_neutral(text)) {
+        unsupported.push_back({st->name, text.value_or("null"), st->effect});
+      } else {
+        ignored.emplace_back(st, st->name);
+      }
       continue;
     }
+    given.push_back(spec->name);
     if (!spec->deprecated.empty()) {
       warn(spec->name, text.value_or(""), "[train] " + spec->name + " is deprecated: " + spec->deprecated);
     }
     try {
-      spec->assign(config, parse_option_value(*spec, text));
+      const OptionValue value = parse_option_value(*spec, text);
+      spec->assign(config, value);
+      if (const auto* v = std::get_if<std::string>(&value)) {
+        const auto needs = spec->unsupported_values.find(*v);
+        if (needs != spec->unsupported_values.end()) {
+          unsupported.push_back({spec->name, *v, "needs " + needs->second + ", which remat does not have"});
+        }
+      }
     } catch (const ValidationError& e) {
       error(e.option(), e.value(), e.message());
       refused.insert(spec->name);
     }
   }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& key : unknown) {
+      // A key from a file may be megabytes long: quote its head, and compare only a head no
+      // option name is longer than (the edit distance is quadratic).
+      const auto suggestion = suggest_option(std::string_view(key).substr(0, 200));
+      list += (list.empty() ? "'" : ", '") + io::text_excerpt(key) + "'" +
+              (suggestion ? " (did you mean '" + *suggestion + "'?)" : std::string());
+    }
+    error(io::text_excerpt(unknown.front()), "",
+          std::string("[train] unknown option") + (unknown.size() > 1 ? "s " : " ") + list +
+              ": neither remat's nor SimpleTuner's (remat train --help lists remat's)");
+  }
+  std::vector<Unsupported> overridden;
+  for (const auto& u : unsupported) {
+    if (!ignore_unsupported) {
+      error(u.option, u.value,
+            "[train] " + u.option + "=" + u.value + " is not supported by remat yet: it " + u.why +
+                ", so remat would train something else than the config asks for. Remove it, or pass "
+                "--ignore_unsupported_options to train without it");
+      continue;
+    }
+    overridden.push_back(u);
+    // A remat option's unsupported value falls back to the default (flux_lora_target controlnet).
+    const OptionSpec* spec = find_option(u.option);
+    if (spec != nullptr && spec->name != "model_flavour") spec->assign(config, parse_option_value(*spec, spec->default_value));
+  }
+  if (!ignored.empty() || !overridden.empty()) warn("", "", grouped_warning(ignored, overridden));
 
   // 2. The family: its default flavour, and choices that depend on it (model_flavour).
   const ModelFamily* family = refused.count("model_family") ? nullptr : find_model_family(config.model_family);
@@ -159,6 +252,9 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
       refused.insert(spec.name);
     }
   }
+  if (family != nullptr && !refused.count("model_flavour") && family->apply_flavour) {
+    for (const auto& w : family->apply_flavour(config, given)) warn("model_flavour", config.model_flavour, w);
+  }
 
   // 3. Dependencies and relations of the options outside the checkpointing group (the safety
   //    check, below, covers that group with SimpleTuner's rules).
@@ -168,7 +264,12 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
     for (auto& d : relation_diagnostics(config, spec.name)) out.push_back(std::move(d));
   }
 
-  // 4. What the environment decides.
+  // 4. Rules between options, and what the environment decides.
+  if (config.max_train_steps == 0 && config.num_train_epochs == 0) {
+    error("num_train_epochs", "0",
+          "[train] max_train_steps or num_train_epochs must be above 0 (num_train_epochs 0 means \"use "
+          "max_train_steps\"), got both 0");
+  }
   if (!config.lora_alpha) config.lora_alpha = static_cast<double>(config.lora_rank);
   if (config.device == "auto") {
     config.device = env.cuda_available ? "cuda" : "cpu";
@@ -191,13 +292,42 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
          "[train] pretrained_model_name_or_path is not set: the " + config.model_flavour +
              " transformer starts from random weights");
   }
-  // SimpleTuner's normalize_lr_scheduler_value: a constant schedule with warmup is
-  // constant_with_warmup.
-  if (config.lr_scheduler == "constant" && config.lr_warmup_steps > 0) {
-    config.lr_scheduler = "constant_with_warmup";
-    warn("lr_scheduler", "constant",
-         "[train] lr_scheduler constant with lr_warmup_steps " + std::to_string(config.lr_warmup_steps) +
-             " is treated as constant_with_warmup");
+  // The learning-rate schedule as SimpleTuner builds it (cli_utils.normalize_lr_scheduler_value
+  // and custom_schedule.get_lr_scheduler).
+  // constant with a warmup is constant_with_warmup (SimpleTuner does it silently; so does remat,
+  // the option's note says so).
+  if (config.lr_scheduler == "constant" && config.lr_warmup_steps > 0) config.lr_scheduler = "constant_with_warmup";
+  if ((config.lr_scheduler == "sine" || config.lr_scheduler == "cosine_with_restarts") &&
+      config.lr_warmup_steps == 0) {
+    error("lr_warmup_steps", "0",
+          "[train] lr_warmup_steps must be >= 1 with lr_scheduler " + config.lr_scheduler +
+              " (SimpleTuner uses it as the period), got 0");
+  }
+  if (config.lr_scheduler == "cosine" && config.lr_warmup_steps == 0) {
+    warn("lr_warmup_steps", "0",
+         "[train] lr_scheduler cosine uses lr_warmup_steps as its half-period; with 0 it is 1000 steps "
+         "(as in SimpleTuner)");
+  }
+  if (config.lr_scheduler == "cosine_with_restarts") {
+    warn("lr_scheduler", "cosine_with_restarts",
+         "[train] lr_scheduler cosine_with_restarts keeps the learning rate at learning_rate, as "
+         "SimpleTuner's implementation does (it warns that it misbehaves and recommends sine)");
+  }
+  if (config.lr_scheduler == "polynomial" && !(config.learning_rate > config.lr_end)) {
+    error("lr_end", std::to_string(config.lr_end),
+          "[train] lr_end must be below learning_rate (" + std::to_string(config.learning_rate) +
+              ") with lr_scheduler polynomial, got " + std::to_string(config.lr_end));
+  }
+  if (!refused.count("optimizer") && !refused.count("optimizer_config")) {
+    try {
+      std::vector<std::string> optimizer_warnings;
+      optimizer_settings(config, &optimizer_warnings);
+      for (const auto& w : optimizer_warnings) warn("optimizer_config", config.optimizer_config, w);
+    } catch (const ValidationError& e) {
+      error(e.option(), e.value(), e.message());
+    } catch (const c10::Error& e) {
+      error("optimizer", config.optimizer, e.what_without_backtrace());
+    }
   }
 
   // 5. The checkpointing safety check (SimpleTuner's rules, per family).

@@ -49,6 +49,17 @@ if [[ $status -ne 2 || -n "$missing" ]]; then
 else
   echo "ok: five bad options reported in one run -> $status"
 fi
+# SimpleTuner's keys: the ones that change what training computes stop the run (exit 2) naming
+# the key and the way out; unknown keys are one error; a config file's format follows its name.
+expect 2 "base_model_precision=int8-quanto is not supported by remat yet" -- "$remat" train --base_model_precision=int8-quanto
+expect 2 "pass --ignore_unsupported_options to train without it" -- "$remat" train --use_ema=true
+expect 2 "unknown options 'frobnicate', 'lora_rnk' (did you mean 'lora_rank'?)" -- "$remat" train --frobnicate=1 --lora_rnk=2
+printf 'lora_rank = = 2\n' > "$work/bad.toml"
+expect 2 "config must be valid TOML" -- "$remat" train --config "$work/bad.toml"
+printf 'lora_rank: 2\n' > "$work/config.yaml"
+expect 2 "config must be a .json, .toml or .env file" -- "$remat" train --config "$work/config.yaml"
+expect 2 "optimizer must be one of adamw_bf16, torch-adamw, optimi-lion" -- "$remat" train --optimizer=prodigy
+
 # Old flag spellings still work, with a deprecation note.
 expect 0 "--model is deprecated; use --model_family" -- "$remat" init --model flux --preset flux-tiny --output "$work/old.safetensors"
 expect 2 "layout must be off, N, N/S" -- "$remat" bench --model_family flux --layouts off,nope
@@ -103,7 +114,7 @@ expect_quick 2 "or bytes were appended" -- "$remat" forward --model_family flux 
 expect_quick 2 "h x w = 4294967296 x 4294967296 overflows int64" -- "$remat" forward --model_family mageflow --model_flavour mageflow-tiny --weights "$work/mw.safetensors" --inputs "$regressions/mageflow_img_shapes_2e32.safetensors" --output "$work/o.safetensors"
 expect_quick 2 "img_cu_seqlens must end at 4 (image tokens), got 268435456" -- "$remat" forward --model_family mageflow --model_flavour mageflow-tiny --weights "$work/mw.safetensors" --inputs "$regressions/mageflow_img_cu_seqlens_2e28.safetensors" --output "$work/o.safetensors"
 expect_quick 2 "num_layers must be in [0, 1024], got 1000000000" -- "$remat" init --model_family flux --pretrained_transformer_config "$regressions/flux_config_num_layers_1e9.json" --output "$work/x.safetensors"
-expect_quick 2 "num_train_epochs must be an integer in [1, 1000000]" -- "$remat" train --num_train_epochs=9223372036854775807
+expect_quick 2 "num_train_epochs must be an integer in [0, 1000000]" -- "$remat" train --num_train_epochs=9223372036854775807
 expect_quick 2 "seed must be an integer in [0, 4294967295]" -- "$remat" init --model_flavour flux-tiny --seed 99999999999999999999 --output "$work/x.safetensors"
 expect_quick 2 "seed must be an integer in [0, 4294967295]" -- "$remat" make-demo-data --output "$work/seed-data" --seed 99999999999999999999
 expect_quick 2 "needs about" -- "$remat" make-demo-data --output "$work/huge-data" --size 4096 --text_tokens 65536 --joint_dim 65536
@@ -115,7 +126,7 @@ if ((available_kib > 44 * 1024 * 1024)); then
   echo "skip: memory admission of flux-dev (this machine has more than the 44 GiB it needs)"
 else
 start=$SECONDS
-expect_quick 2 "[memory] flux-dev (11,927,557,184 parameters, 26,148,864 trainable) LoRA training needs" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
+expect_quick 2 "[memory] krea (11,901,408,320 parameters, 11,901,408,320 trainable) full training needs" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
 expect_quick 2 "available. These would fit: --model_flavour=flux-tiny" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
 ((SECONDS - start < 60)) || { echo "FAIL: admission took $((SECONDS - start)) s"; failures=$((failures + 1)); }
 [[ ! -e "$work/dev/metrics.jsonl" ]] || { echo "FAIL: metrics.jsonl written before admission"; failures=$((failures + 1)); }
@@ -125,8 +136,9 @@ expect_quick 0 "wrote" -- "$remat" init --model_flavour flux-tiny --skip_memory_
 
 # 6. Nothing blocks: a FIFO as a file path, 100000 threads.
 mkfifo "$work/fifo"
+mkfifo "$work/fifo.json"
 expect_quick 2 "(a FIFO)" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/fifo" --inputs "$work/w.safetensors" --output "$work/o.safetensors"
-expect_quick 2 "(a FIFO)" -- "$remat" train --config "$work/fifo"
+expect_quick 2 "(a FIFO)" -- "$remat" train --config "$work/fifo.json"
 expect_quick 2 "(a FIFO)" -- "$remat" init --model_family flux --pretrained_transformer_config "$work/fifo" --output "$work/x.safetensors"
 expect_quick 2 "num_threads must be an integer in [0, 1024], got '100000'" -- "$remat" bench --model_family flux --num_threads 100000
 

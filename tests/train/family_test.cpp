@@ -106,7 +106,7 @@ void register_toy_family() {
   ModelFamily toy;
   toy.name = "toy";
   toy.display_name = "Toy";
-  toy.flavours = {"toy-3", "toy-6"};
+  toy.flavour_specs = {{"toy-3", "toy-3", "three blocks", ""}, {"toy-6", "toy-6", "six blocks", ""}};
   toy.default_flavour = "toy-3";
   toy.latents = LatentLayout{"toy", kToyChannels, 1, /*pooled=*/false, /*variable_text_length=*/false};
   toy.checkpointing = {/*interval=*/true, /*segment_stride=*/false, /*ffn_scope=*/false, {"blocks"}};
@@ -130,7 +130,15 @@ TEST(FamilyRegistry, BuiltInFamiliesDescribeThemselves) {
   EXPECT_EQ(flux.latents.channels, 16);
   EXPECT_TRUE(flux.latents.pooled);
   EXPECT_EQ(flux.checkpointing.stacks.size(), 2u);
-  EXPECT_EQ(flux.default_flavour, "flux-dev");
+  EXPECT_EQ(flux.default_flavour, "krea");  // SimpleTuner's
+  EXPECT_EQ(flux.preset_of("krea"), "flux-dev");
+  EXPECT_EQ(flux.preset_of("schnell"), "flux-schnell");
+  EXPECT_EQ(flux.preset_of("flux-dev"), "flux-dev");  // an older flavour name
+  EXPECT_EQ(flux.preset_of("flux-tiny"), "flux-tiny");
+  EXPECT_FALSE(flux.flavour("kontext")->unsupported.empty());
+  EXPECT_TRUE(flux.flavour("dev")->unsupported.empty());
+  EXPECT_EQ(model_family("mageflow").default_flavour, "base");
+  EXPECT_EQ(model_family("mageflow").preset_of("turbo"), "mageflow-4b");
   const ModelFamily& mageflow = model_family("mageflow");
   EXPECT_EQ(mageflow.latents.channels, 128);
   EXPECT_FALSE(mageflow.latents.pooled);

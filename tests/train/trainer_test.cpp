@@ -307,8 +307,39 @@ TEST_F(TrainerTest, AutoIntervalPlansWithinTheBudget) {
   });
   ASSERT_NE(plan_line, lines.end());
   EXPECT_NE(plan_line->find("of 64.00 MiB budget"), std::string::npos) << *plan_line;
+  // The same per-stack layout line a fixed interval logs.
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.rfind("[train] gradient checkpointing: double blocks (2): ", 0) == 0 &&
+           l.find("; single blocks (2): ") != std::string::npos;
+  }));
   ASSERT_EQ(peaks.size(), 2u);
   for (int64_t peak : peaks) EXPECT_LE(peak, budget);
+}
+
+// At start the trainer logs the layout it runs, each block stack's segments, and the optimizer.
+TEST_F(TrainerTest, LogsTheCheckpointLayoutOfEachStack) {
+  const auto logged = [&](const std::string& output, const std::vector<std::string>& extra) {
+    std::vector<std::string> lines;
+    TrainerHooks hooks = quiet_hooks();
+    hooks.log = [&](const std::string& line) { lines.push_back(line); };
+    std::vector<std::string> args = extra;
+    args.push_back("--max_train_steps=1");
+    run_training(config(output, args), hooks);
+    return lines;
+  };
+  const auto has = [](const std::vector<std::string>& lines, const std::string& line) {
+    return std::find(lines.begin(), lines.end(), line) != lines.end();
+  };
+  auto lines = logged("fixed", {});  // interval 2
+  EXPECT_TRUE(has(lines, "[train] gradient checkpointing: double blocks (2): recompute[0-1]; single blocks (2): "
+                         "recompute[0-1]"));
+  EXPECT_TRUE(has(lines, "[train] optimizer adamw_bf16: betas (0.9, 0.999), weight decay 0.01, eps 1e-06"));
+  lines = logged("per-block", {"--gradient_checkpointing_interval=1", "--optimizer=optimi-lion"});
+  EXPECT_TRUE(has(lines, "[train] gradient checkpointing: double blocks (2): recompute[0] recompute[1]; single "
+                         "blocks (2): recompute[0] recompute[1]"));
+  EXPECT_TRUE(has(lines, "[train] optimizer optimi-lion: betas (0.9, 0.99), weight decay 0"));
+  lines = logged("off", {"--gradient_checkpointing=false", "--gradient_checkpointing_interval="});
+  EXPECT_TRUE(has(lines, "[train] gradient checkpointing: off"));
 }
 
 TEST_F(TrainerTest, AutoIntervalNothingFitsStopsWithTheSmallestPeak) {

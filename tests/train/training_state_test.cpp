@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "remat/train/optimizer.h"
 #include "remat/train/progress.h"
 #include "remat/train/training_state.h"
 #include "temp_dir.h"
@@ -22,8 +23,8 @@ std::vector<std::pair<std::string, at::Tensor>> named(const torch::nn::Module& m
   return out;
 }
 
-void adam_steps(torch::nn::Linear& model, torch::optim::AdamW& opt, int steps, int64_t seed) {
-  torch::manual_seed(seed);
+void optimizer_steps(torch::nn::Linear& model, torch::optim::Optimizer& opt, int steps, int64_t seed) {
+  torch::manual_seed(seed);  // also the stochastic rounding of adamw_bf16
   for (int i = 0; i < steps; ++i) {
     opt.zero_grad();
     model->forward(torch::randn({4, 3})).pow(2).sum().backward();
@@ -31,43 +32,53 @@ void adam_steps(torch::nn::Linear& model, torch::optim::AdamW& opt, int steps, i
   }
 }
 
-TEST(TrainingState, AdamWStateRoundTripContinuesIdentically) {
-  torch::manual_seed(0);
-  torch::nn::Linear reference(3, 2), resumed(3, 2);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < reference->parameters().size(); ++i) {
-      resumed->parameters()[i].copy_(reference->parameters()[i]);
+// Every optimizer remat builds: 3 steps, save its state, a fresh optimizer restored from it, 3
+// more steps equal 6 steps in one go, bit for bit.
+TEST(TrainingState, OptimizerStateRoundTripContinuesIdentically) {
+  for (const std::string& name : optimizer_names()) {
+    torch::manual_seed(0);
+    torch::nn::Linear reference(3, 2), resumed(3, 2);
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < reference->parameters().size(); ++i) {
+        resumed->parameters()[i].copy_(reference->parameters()[i]);
+      }
     }
-  }
-  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.1);
-  torch::optim::AdamW opt_ref(reference->parameters(), options);
-  adam_steps(reference, opt_ref, 3, 1);
-  adam_steps(reference, opt_ref, 3, 2);
+    OptimizerSettings settings = OptimizerSettings::defaults_of(name, 1e-2);
+    settings.weight_decay = 0.1;
+    auto opt_ref = make_optimizer(reference->parameters(), settings);
+    optimizer_steps(reference, *opt_ref, 3, 1);
+    optimizer_steps(reference, *opt_ref, 3, 2);
 
-  torch::optim::AdamW opt_a(resumed->parameters(), options);
-  adam_steps(resumed, opt_a, 3, 1);
-  const auto saved = adamw_state(opt_a, named(*resumed));
-  ASSERT_EQ(saved.size(), 6u);  // weight and bias: exp_avg, exp_avg_sq, step
-  torch::optim::AdamW opt_b(resumed->parameters(), options);  // a fresh optimizer, as on resume
-  restore_adamw_state(opt_b, named(*resumed), saved);
-  adam_steps(resumed, opt_b, 3, 2);
-  for (size_t i = 0; i < reference->parameters().size(); ++i) {
-    EXPECT_TRUE(torch::equal(reference->parameters()[i], resumed->parameters()[i]));
+    auto opt_a = make_optimizer(resumed->parameters(), settings);
+    optimizer_steps(resumed, *opt_a, 3, 1);
+    const auto saved = optimizer_state(*opt_a, named(*resumed));
+    const size_t fields = name == "torch-adamw" ? 3 : name == "adamw_bf16" ? 5 : 1;
+    ASSERT_EQ(saved.size(), 2 * fields) << name;  // weight and bias
+    auto opt_b = make_optimizer(resumed->parameters(), settings);  // a fresh optimizer, as on resume
+    EXPECT_FALSE(optimizer_has_state(*opt_b));
+    restore_optimizer_state(*opt_b, named(*resumed), saved);
+    EXPECT_TRUE(optimizer_has_state(*opt_b));
+    optimizer_steps(resumed, *opt_b, 3, 2);
+    for (size_t i = 0; i < reference->parameters().size(); ++i) {
+      EXPECT_TRUE(torch::equal(reference->parameters()[i], resumed->parameters()[i])) << name;
+    }
   }
 }
 
 TEST(TrainingState, RestoreRejectsWrongShapes) {
-  torch::nn::Linear model(3, 2);
-  torch::optim::AdamW opt(model->parameters());
-  std::vector<io::NamedTensor> bad{{"weight.exp_avg", torch::zeros({5})},
-                                   {"weight.exp_avg_sq", torch::zeros({5})},
-                                   {"weight.step", torch::tensor(1, torch::kLong)}};
-  try {
-    restore_adamw_state(opt, named(*model), bad);
-    FAIL();
-  } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("optimizer state of 'weight' has shape [5]"), std::string::npos) << e.what();
+  for (const std::string& name : {std::string("torch-adamw"), std::string("optimi-lion")}) {
+    torch::nn::Linear model(3, 2);
+    auto opt = make_optimizer(model->parameters(), OptimizerSettings::defaults_of(name, 1e-3));
+    std::vector<io::NamedTensor> bad{{"weight.exp_avg", torch::zeros({5})},
+                                     {"weight.exp_avg_sq", torch::zeros({5})},
+                                     {"weight.step", torch::tensor(1, torch::kLong)}};
+    try {
+      restore_optimizer_state(*opt, named(*model), bad);
+      FAIL() << name;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("of 'weight' has shape [5]"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -43,7 +43,7 @@ int run_bench(const std::vector<std::string>& args) {
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--lora_rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->check(CLI::Range(int64_t{0}, int64_t{4096}))->capture_default_str();
   app.add_option("--lora_target", o.lora_target, "LoRA target preset of the family (Flux: flux_lora_target's values)")->capture_default_str();
-  add_registry_option(app, "num_threads", o.threads);
+  add_registry_option(app, "torch_num_threads", o.threads);
   app.add_option("--layouts", layouts,
                  "Comma list: off, N (interval), N/S (interval/stride), ffn, offload, auto:SIZE "
                  "(e.g. auto:20GiB). Default: off,1,2,4,8,2/4,ffn,offload (CUDA only) and two auto "

@@ -1,5 +1,5 @@
-// `remat options --json | --markdown`: exports the `remat train` options registry, as a
-// JSON-schema-like document for web UIs and editors, or as the text of docs/OPTIONS.md.
+// `remat options --json | --markdown`: exports the `remat train` options registry, as a JSON
+// Schema of a config file for web UIs and editors, or as the text of docs/OPTIONS.md.
 #include <iostream>
 
 #include "command.h"
@@ -10,8 +10,9 @@ namespace {
 
 const char* const kUsage =
     "usage: remat options --json | --markdown\n\n"
-    "  --json      every `remat train` option as JSON (type, default, minimum/maximum, enum,\n"
-    "              description, tooltip, dependsOn, docs anchor)\n"
+    "  --json      a JSON Schema (Draft 2020-12) of a `remat train` config file, with each\n"
+    "              option's UI metadata (help, tooltip, section, order, dependencies, choice\n"
+    "              labels, docs link) under x-remat\n"
     "  --markdown  the options reference (the text of docs/OPTIONS.md)\n";
 
 int run_options(const std::vector<std::string>& args) {
@@ -33,7 +34,7 @@ int run_options(const std::vector<std::string>& args) {
   return kExitUsage;
 }
 
-REMAT_COMMAND("options", "print the `remat train` options as JSON (--json) or Markdown (--markdown)",
+REMAT_COMMAND("options", "print the `remat train` options as a JSON Schema (--json) or Markdown (--markdown)",
               run_options);
 
 }  // namespace

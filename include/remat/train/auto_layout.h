@@ -34,7 +34,7 @@ struct StepModel {
   std::optional<Chain> ffn_chain;
   /// Blocks per stack (Transformer::stack_sizes()).
   std::vector<int64_t> stack_sizes;
-  /// Optimizer state (AdamW moments) not allocated yet when profiling (before a first step),
+  /// Optimizer state (optimizer_state_bytes) not allocated yet when profiling (before a first step),
   /// counted in the chain's fixed figures.
   int64_t missing_optimizer_state_bytes = 0;
   /// Seconds of one forward of each block, in chain order (for overhead estimates).
@@ -57,7 +57,7 @@ struct StepProfileOptions {
 /// Transformer::block_probes and remat::profile_block, and the optimizer step's temporaries on a
 /// scratch copy of the largest parameter. Uses the checkpointing the model is configured with
 /// for its own step (none of its figures depend on it). Restores the global CPU generator and
-/// leaves the gradients of `parameters` unset. The optimizer must be torch::optim::AdamW.
+/// leaves the gradients of `parameters` unset. The optimizer must come from make_optimizer.
 /// Throws c10::Error when CPU memory tracking is not installed (CPU).
 REMAT_API StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
                                  const std::vector<at::Tensor>& parameters, const Batch& batch,

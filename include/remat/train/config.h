@@ -76,15 +76,17 @@ struct TrainConfig {
   // ---- model ----
   /// "flux" or "mageflow".
   std::string model_family = "flux";
-  /// Preset name. Unset on input means the family's default (flux-dev, mageflow-4b); after
-  /// load_train_config it always holds a preset of `model_family`.
+  /// A flavour of the family (SimpleTuner's names: dev, krea, schnell, ... for Flux; base, turbo,
+  /// ... for MageFlow; remat's flux-tiny, mageflow-small ... for tests). Unset on input means the
+  /// family's default (krea, base); after load_train_config it always holds a current flavour
+  /// name of `model_family` (older names such as flux-dev are mapped).
   std::string model_flavour;
   /// A .safetensors file with the transformer weights. Unset: random initialisation (a warning).
   std::optional<std::string> pretrained_model_name_or_path;
   /// Optional diffusers-style transformer config.json overriding the flavour's shapes.
   std::optional<std::string> pretrained_transformer_config;
-  /// "full" (train every weight) or "lora".
-  std::string model_type = "lora";  // SimpleTuner's default
+  /// "full" (train every weight) or "lora". SimpleTuner's default, full (CHANGELOG.md).
+  std::string model_type = "full";
   int64_t lora_rank = 16;
   /// LoRA scale numerator (scale = alpha / rank). Unset on input means alpha = rank; after
   /// load_train_config it always holds a value.
@@ -95,23 +97,34 @@ struct TrainConfig {
 
   // ---- optimizer and schedule ----
   double learning_rate = 4e-7;
-  /// Only "adamw" for now.
-  std::string optimizer = "adamw";
-  double adam_beta1 = 0.9;
-  double adam_beta2 = 0.999;
-  double adam_epsilon = 1e-8;
-  double adam_weight_decay = 1e-2;
-  /// "constant", "constant_with_warmup" or "cosine" (see remat/train/schedule.h).
+  /// "adamw_bf16", "torch-adamw" or "optimi-lion" (remat/train/optimizer.h); "lion" is read as
+  /// optimi-lion. SimpleTuner's default, adamw_bf16.
+  std::string optimizer = "adamw_bf16";
+  /// SimpleTuner's comma-separated optimizer overrides, "weight_decay=0.0,eps=1e-8"; empty: none.
+  std::string optimizer_config;
+  /// Override the optimizer's betas (SimpleTuner applies them only when both are set).
+  std::optional<double> optimizer_beta1;
+  std::optional<double> optimizer_beta2;
+  /// One of the schedules of remat/train/schedule.h (SimpleTuner's names).
   std::string lr_scheduler = "constant_with_warmup";
   int64_t lr_warmup_steps = 0;
-  /// Gradient clipping threshold (global L2 norm); 0 disables clipping.
+  /// The floor of the cosine and sine schedules, and the end of the polynomial one.
+  double lr_end = 4e-7;
+  /// The exponent of the polynomial schedule.
+  double lr_power = 0.8;
+  /// Gradient clipping threshold; 0 disables clipping.
   double max_grad_norm = 2.0;
+  /// "value" (clamp each gradient element to +-max_grad_norm, SimpleTuner's default) or "norm"
+  /// (scale all gradients so their global L2 norm is at most max_grad_norm).
+  std::string grad_clip_method = "value";
 
   // ---- training loop ----
   int64_t train_batch_size = 4;
   int64_t gradient_accumulation_steps = 1;
   /// Optimizer steps to run; 0 means run num_train_epochs epochs instead.
   int64_t max_train_steps = 0;
+  /// Passes over the data when max_train_steps is 0; 0 means "use max_train_steps" (one of the
+  /// two must be > 0).
   int64_t num_train_epochs = 1;
   /// Unset: a random seed.
   std::optional<int64_t> seed;
@@ -123,7 +136,7 @@ struct TrainConfig {
   double flow_sigmoid_scale = 1.0;
   /// Sample sigmas uniformly in [0, 1) instead of logit-normal.
   bool flow_use_uniform_schedule = false;
-  /// Guidance input of guidance-distilled Flux models (flux-dev) during training.
+  /// Guidance input of guidance-distilled Flux models (dev, krea) during training.
   double flux_guidance_value = 1.0;
 
   // ---- gradient checkpointing ----
@@ -145,7 +158,7 @@ struct TrainConfig {
   std::optional<std::string> instance_data_dir;
   std::string output_dir = "remat-results";
   /// Save a checkpoint every N optimizer steps; 0 disables periodic checkpoints.
-  int64_t checkpointing_steps = 500;
+  int64_t checkpoint_step_interval = 500;
   /// Keep at most this many checkpoints (oldest removed first); 0 keeps all.
   int64_t checkpoints_total_limit = 5;
   /// A checkpoint directory, or "latest" (the newest under output_dir, if any). Unset: start fresh.
@@ -155,13 +168,16 @@ struct TrainConfig {
   /// "auto", "cpu", "cuda" or "cuda:N" on input; after load_train_config "cpu", "cuda" or
   /// "cuda:N".
   std::string device = "auto";
-  /// CPU threads for LibTorch; 0 keeps LibTorch's default.
-  int64_t num_threads = 0;
+  /// CPU threads for LibTorch; 0 keeps LibTorch's default (SimpleTuner's default is 8).
+  int64_t torch_num_threads = 0;
   /// Log the loss every N optimizer steps.
   int64_t report_every = 10;
   /// Build the model even when its predicted weights, gradients and optimizer state exceed the
   /// device's available memory (remat/train/admission.h).
   bool skip_memory_check = false;
+  /// Train even when the config sets SimpleTuner options that change what training computes
+  /// and remat does not implement (they are then ignored, with a warning).
+  bool ignore_unsupported_options = false;
 
   /// remat::Backend of gradient_checkpointing_backend: Offload for unsloth*, Recompute otherwise.
   Backend checkpoint_backend() const;
@@ -178,26 +194,34 @@ struct TrainConfig {
 /// says. std::nullopt means "explicitly unset" (JSON null, an empty value, "None").
 using OptionValues = std::map<std::string, std::optional<std::string>>;
 
-/// Reads a SimpleTuner-style config.json (a flat JSON object). Keys may start with "--"; aliases
-/// are mapped to their option name. JSON booleans and numbers become their text; null means unset.
-/// Throws ValidationError for a missing or malformed file or a nested value. Unknown keys (the
-/// message suggests the closest known option) are appended to `unknown` when given, else thrown.
-REMAT_API OptionValues read_config_file(const std::string& path,
-                                        std::vector<Diagnostic>* unknown = nullptr);
+/// Reads a SimpleTuner-style config file, its format chosen by the extension:
+///  - .json: a flat JSON object;
+///  - .toml: a TOML document (top-level keys; SimpleTuner's config.toml);
+///  - .env:  SimpleTuner's config.env, `export NAME=value` lines with its environment names
+///           (TRAINING_SEED, MODEL_TYPE, ...; remat/train/simpletuner.h) and TRAINER_EXTRA_ARGS
+///           holding flags.
+/// Keys may start with "--"; remat's aliases are mapped to their option name; every other key is
+/// returned as written (validation classifies it: a SimpleTuner option remat does not implement,
+/// or unknown). Booleans and numbers become their text; null means "the default"; a nested value
+/// (a table, an array) becomes its JSON text (only SimpleTuner options remat ignores take one).
+/// Notes for the run (config.env names that set no option) are appended to `notes` when given.
+/// Throws ValidationError for a missing, malformed or unsupported file, a key given twice, or a
+/// nested value of one of remat's options.
+REMAT_API OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* notes = nullptr);
 
 /// The result of parsing a command line: the --config path if given, and the flag values.
 struct CommandLine {
   std::optional<std::string> config_path;
+  /// Every flag, remat's options under their canonical name, other flags as written (validation
+  /// classifies them).
   OptionValues values;
   /// `--help` or `-h` was given: the caller prints train_help_text() instead of training.
   bool help = false;
-  /// Unknown flags, each an error naming the flag and the closest known option.
-  std::vector<Diagnostic> unknown;
 };
 
 /// Parses `--key=value`, `--key value` and, for booleans, `--flag` (true) / `--flag=false`.
-/// `--config path` names the config.json. Unknown flags are collected in CommandLine::unknown
-/// (an unknown `--flag value` takes the next argument when it is not a flag). Throws
+/// `--config path` names the config file. A flag that is not one of remat's options takes the
+/// next argument as its value when that is not a flag (else it is "true"). Throws
 /// ValidationError for a missing value or a stray positional argument.
 REMAT_API CommandLine parse_command_line(const std::vector<std::string>& args);
 
@@ -223,7 +247,10 @@ struct ValidationReport {
 };
 
 /// Validates option values against the registry and every rule, collecting all problems rather
-/// than stopping at the first: unknown keys, types, ranges, choices (per family where they
+/// than stopping at the first: every key classified (remat's option; a SimpleTuner option remat
+/// does not implement, listed in one grouped warning or, when it changes what training computes,
+/// an error unless ignore_unsupported_options; unknown to both, one error listing them all with
+/// close suggestions), types, ranges, choices (per family where they
 /// depend on model_family), patterns, relations (stride >= interval), dependencies (an option set
 /// while the option it depends on says it has no effect: a warning), deprecations, the family's
 /// own rules and, when `safety` is true, the checkpointing safety check. Never throws for bad

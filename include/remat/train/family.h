@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,17 @@ struct CheckpointingCapabilities {
   std::vector<std::string> stacks;
 };
 
+/// One model_flavour of a family: SimpleTuner's name for a published model (dev, krea, base,
+/// turbo, ...) or one of remat's small test configurations (flux-tiny), and what it builds.
+struct FlavourSpec {
+  std::string name;    ///< the model_flavour value
+  std::string preset;  ///< the models:: preset it builds (FluxConfig::preset / MageFlowConfig::preset)
+  std::string summary; ///< what it is and what it changes, for docs, help and UIs
+  /// Non-empty: what training it needs that remat lacks ("reference-image conditioning"): using
+  /// it is an unsupported-computation error unless --ignore_unsupported_options is given.
+  std::string unsupported;
+};
+
 /// The widths of a flavour's text conditioning: what a latent cache for it must hold.
 struct ConditioningWidths {
   int64_t text = 0;      ///< D of prompt_embeds
@@ -49,12 +61,21 @@ struct ModelFamily {
   std::string name;
   /// For people ("Flux.1").
   std::string display_name;
-  /// The presets of model_flavour, published sizes first.
+  /// The model_flavour values with what each builds, published models first. Required.
+  std::vector<FlavourSpec> flavour_specs;
+  /// Their names, in the same order (filled by register_family).
   std::vector<std::string> flavours;
-  /// The flavour when model_flavour is unset (the published model).
+  /// Older flavour names still accepted (with a warning), each mapped to a current one.
+  std::map<std::string, std::string> flavour_aliases;
+  /// The flavour when model_flavour is unset (SimpleTuner's default for the family).
   std::string default_flavour;
   /// A small flavour for commands that build a model to try something (`remat init`).
   std::string small_flavour;
+  /// Flavour-dependent settings, run by validation once options are typed: adjusts `config` as
+  /// SimpleTuner does for the flavour (FluxBooru's fixed guidance value) and returns warnings.
+  /// `given` holds the options the user set.
+  std::function<std::vector<std::string>(TrainConfig& config, const std::vector<std::string>& given)>
+      apply_flavour;
   /// What its latent cache holds.
   LatentLayout latents;
   CheckpointingCapabilities checkpointing;
@@ -79,11 +100,16 @@ struct ModelFamily {
 
   /// The LoRA target preset of `config`.
   std::string lora_target(const TrainConfig& config) const;
+  /// The flavour `name` (a current name or an alias), or nullptr.
+  const FlavourSpec* flavour(const std::string& name) const;
+  /// The models:: preset of flavour `name` (current, alias, or a preset name itself); throws
+  /// c10::ValueError listing the flavours when it is none of them.
+  std::string preset_of(const std::string& name) const;
 };
 
 /// Adds `family` to the registry (replacing one of the same name). Register families before
 /// options are read or models built: the registry is not synchronised against concurrent use.
-/// Throws c10::ValueError when a required field (name, flavours, build) is missing.
+/// Throws c10::ValueError when a required field (name, flavour_specs, build) is missing.
 REMAT_API void register_family(ModelFamily family);
 
 /// The family named `name`; throws c10::ValueError listing the registered names.

@@ -39,6 +39,9 @@ REMAT_API std::string option_type_name(OptionType type);
 struct OptionDependency {
   std::string option;  ///< the option it depends on
   std::string equals;  ///< the value (as text) that enables it, e.g. "true" or "lora"
+  /// What a UI does while the dependency does not hold: "show" (hide the field) or "enable"
+  /// (show it disabled), as SimpleTuner's field registry marks its dependencies.
+  std::string action = "show";
 };
 
 /// A rule between two options, checked when both are set.
@@ -64,10 +67,23 @@ struct OptionSpec {
   bool exclusive_minimum = false;  ///< the minimum itself is not allowed (value > minimum)
   std::vector<std::string> choices;   ///< the valid values of a Choice option
   std::vector<std::string> keywords;  ///< extra words accepted besides the type ("auto", "latest")
-  bool nullable = false;  ///< may be unset (JSON null, "", "None"); unset is then its default
+  /// May be unset (no value at all), written "none" (any case). Every option also accepts null
+  /// and "", which mean "use the default" (for most nullable options the default is unset).
+  bool nullable = false;
   std::vector<OptionDependency> depends_on;  ///< all must hold for the option to take effect
   bool checkpointing = false;  ///< part of the gradient-checkpointing group (translated docs)
   std::vector<std::string> aliases;  ///< other accepted key names (SimpleTuner legacy names)
+  /// Choice options: a label per choice for UIs and docs ("Recompute whole blocks (PyTorch)").
+  std::map<std::string, std::string> choice_labels;
+  /// Choice options: other value names accepted, each mapped to its choice (model_flavour
+  /// flux-dev -> dev, flux_lora_target mmdit -> default).
+  std::map<std::string, std::string> value_aliases;
+  /// Values that are valid vocabulary but need training remat does not have yet, each with what
+  /// it needs (flux_lora_target controlnet: "a ControlNet branch"). Validation refuses them
+  /// unless --ignore_unsupported_options is given.
+  std::map<std::string, std::string> unsupported_values;
+  /// Display order in the registry (0-based), for UIs.
+  int order = 0;
   /// Choices that depend on another option's value: when `choices_depend_on` is set, the value
   /// must be one of choices_by_value[that option's value] (model_flavour by model_family).
   std::string choices_depend_on;
@@ -108,7 +124,13 @@ REMAT_API const OptionSpec* find_option(std::string_view name);
 /// The known option name closest to `name` by edit distance (for "did you mean" messages).
 REMAT_API std::string closest_option(std::string_view name);
 
-/// "[train] unknown option '<name>'<where> (did you mean '<closest>'?)".
+/// The option name (remat's, an alias or SimpleTuner's) `name` is most likely a misspelling of:
+/// the closest by edit distance when that distance is small (at most 1 for names of up to 4
+/// characters, 2 up to 12, 3 beyond); std::nullopt when nothing is that close.
+REMAT_API std::optional<std::string> suggest_option(std::string_view name);
+
+/// "[train] unknown option '<name>'<where>", plus " (did you mean '<x>'?)" when suggest_option
+/// has a suggestion.
 REMAT_API std::string unknown_option_message(std::string_view name, const std::string& where);
 
 /// The dependency rule, driven by each option's depends_on: an option whose value differs from
@@ -124,8 +146,9 @@ REMAT_API std::vector<Diagnostic> dependency_diagnostics(TrainConfig& config, bo
 REMAT_API std::vector<Diagnostic> relation_diagnostics(const TrainConfig& config, const std::string& name);
 
 /// Parses and validates `text` as a value of `spec`: type, keywords, minimum/maximum, choices.
-/// std::nullopt text means unset (allowed only for nullable options). Throws ValidationError
-/// shaped `[train] <name> must be <valid>, got <text>`.
+/// std::nullopt or empty text means "the default" (unset for nullable options). Integer options
+/// accept integral floats ("16.0", "1e3"). Throws ValidationError shaped
+/// `[train] <name> must be <valid>, got <text>`.
 REMAT_API OptionValue parse_option_value(const OptionSpec& spec,
                                          const std::optional<std::string>& text);
 
@@ -133,9 +156,12 @@ REMAT_API OptionValue parse_option_value(const OptionSpec& spec,
 /// section, with its help line.
 REMAT_API std::string train_help_text();
 
-/// `remat options --json`: a JSON-schema-like description of every option (type, default,
-/// minimum/maximum, enum, description, tooltip, dependsOn, docs anchor, section, checkpointing),
-/// pretty-printed with two spaces.
+/// `remat options --json`: a JSON Schema (Draft 2020-12) of a config file: every option under its
+/// name, its aliases and with a leading "--" (each accepting null), the SimpleTuner options remat
+/// does not implement (accepted, listed in the run's warning), and nothing else. Each option's
+/// definition also carries remat's UI metadata under "x-remat" (help, tooltip, section, order,
+/// dependencies with their action, choice labels, docs link, SimpleTuner env name). Pretty-printed
+/// with two spaces.
 REMAT_API std::string options_json();
 
 /// `remat options --markdown`: the text of docs/OPTIONS.md.

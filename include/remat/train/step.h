@@ -34,8 +34,12 @@ struct StepSettings {
   /// Autocast dtype for the forward pass (bf16 mixed precision on the model's device); nullopt:
   /// no autocast.
   std::optional<at::ScalarType> autocast;
-  /// Clip the global gradient L2 norm to this before the optimizer step; 0: no clipping.
+  /// Clip the gradients to this before the optimizer step (as clip_by_value says); 0: no clipping.
   double max_grad_norm = 0.0;
+  /// false: scale all gradients so their global L2 norm is at most max_grad_norm (SimpleTuner's
+  /// grad_clip_method norm); true: clamp every gradient element to [-max_grad_norm,
+  /// max_grad_norm] (its method value, PyTorch's clip_grad_value_).
+  bool clip_by_value = false;
   /// Compute the gradient norm even without clipping (for reporting).
   bool measure_grad_norm = false;
 };

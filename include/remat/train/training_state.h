@@ -4,7 +4,7 @@
 /// continue a run exactly where it stopped (on CPU, 5 steps + resume + 5 steps gives the same
 /// weights bit for bit as 10 steps in one run):
 ///   trainable.safetensors  the trainable parameters, by name
-///   optimizer.safetensors  AdamW state per parameter (step, exp_avg, exp_avg_sq)
+///   optimizer.safetensors  the optimizer state per parameter (optimizer_state(), remat/train/optimizer.h)
 ///   rng.safetensors        generator states (the global CPU one and the trainer's own)
 ///   state.json             step, data position, scheduler step and run facts
 /// A checkpoint is written to a temporary directory and renamed into place, so a crash leaves
@@ -17,7 +17,6 @@
 #include <vector>
 
 #include <torch/nn/module.h>
-#include <torch/optim/adamw.h>
 
 #include "remat/export.h"
 #include "remat/io/safetensors.h"
@@ -35,22 +34,10 @@ struct TrainingPosition {
 struct TrainingCheckpoint {
   TrainingPosition position;
   std::vector<io::NamedTensor> trainable;   ///< parameter name -> value
-  std::vector<io::NamedTensor> optimizer;   ///< see adamw_state()
+  std::vector<io::NamedTensor> optimizer;   ///< see optimizer_state() (remat/train/optimizer.h)
   std::vector<io::NamedTensor> rng;         ///< generator name -> state (uint8)
   std::map<std::string, std::string> facts; ///< free-form run facts kept in state.json
 };
-
-/// The AdamW state of `params` (named as in the model) as tensors: `<name>.exp_avg`,
-/// `<name>.exp_avg_sq` and `<name>.step` (int64 scalar). Parameters without state (not yet
-/// stepped) are omitted.
-REMAT_API std::vector<io::NamedTensor> adamw_state(
-    torch::optim::AdamW& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params);
-
-/// Restores what adamw_state() produced onto `optimizer` for the same named parameters. Throws
-/// naming the parameter when a tensor is missing or has the wrong shape.
-REMAT_API void restore_adamw_state(torch::optim::AdamW& optimizer,
-                                   const std::vector<std::pair<std::string, at::Tensor>>& params,
-                                   const std::vector<io::NamedTensor>& state);
 
 /// Writes `output_dir/checkpoint-<global_step>` atomically and returns its path. An existing
 /// checkpoint of the same step is replaced.
@@ -81,12 +68,15 @@ struct CheckpointExpectations {
   int64_t batches_per_epoch = 0;
   /// Batches per optimizer step: epoch may not exceed global_step times it.
   int64_t gradient_accumulation_steps = 1;
+  /// The optimizer's state fields per trainable tensor (optimizer_state_fields).
+  std::vector<std::string> optimizer_fields = {"exp_avg", "exp_avg_sq", "step"};
 };
 
 /// Checks `checkpoint` (read from directory `path`) against `expected` before anything is
 /// restored: batch_in_epoch within the dataset's epoch, epoch at most the batches consumed;
 /// trainable.safetensors holding exactly the trainable tensors with their shapes; after the
-/// first step, optimizer.safetensors holding exactly exp_avg and exp_avg_sq (the tensor's shape)
+/// first step, optimizer.safetensors holding exactly the optimizer's fields per tensor (tensors of
+/// the parameter's shape, or scalars; an int64 `step` within [1, global_step])
 /// and step (an int64 scalar in [1, global_step]) of each (none at step 0); rng.safetensors
 /// holding every required generator state and no unknown one, each U8 of its size. Throws
 /// c10::ValueError naming the file and the tensor or field.

@@ -36,7 +36,7 @@ struct FlowMatchingOptions {
 /// How to build a transformer.
 struct TransformerSpec {
   std::string family;                       ///< a registered family (remat/train/family.h)
-  std::string preset;                       ///< a preset of the family; empty: its small one
+  std::string preset;                       ///< a model_flavour of the family (or a models:: preset name); empty: its small one
   std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides preset)
   std::optional<std::string> weights;       ///< a .safetensors to load strictly
 };

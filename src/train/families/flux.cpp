@@ -20,9 +20,48 @@ using namespace support;
 
 const char* const kName = "flux";
 
+// model_flavour values: SimpleTuner's names (its flux/model.py HUGGINGFACE_PATHS, default krea)
+// on remat's presets, then remat's small test configurations.
+std::vector<FlavourSpec> flux_flavours() {
+  return {
+      {"krea", "flux-dev", "FLUX.1 Krea [dev], SimpleTuner's default: the dev architecture (guidance embedder, "
+                           "19 double + 38 single blocks)", ""},
+      {"dev", "flux-dev", "FLUX.1 [dev]: guidance-distilled, trained with flux_guidance_value as its guidance "
+                          "input", ""},
+      {"schnell", "flux-schnell", "FLUX.1 [schnell]: no guidance embedder (SimpleTuner also adds its schnell "
+                                  "assistant LoRA and needs flux_fast_schedule; remat does neither)", ""},
+      {"kontext", "flux-dev", "FLUX.1 Kontext [dev]: the dev architecture trained on image edits",
+       "reference-image conditioning (Kontext edit pairs)"},
+      {"fluxbooru", "flux-dev", "FluxBooru v0.3: the dev architecture with a fixed guidance input of 3.5 "
+                                "(flux_guidance_value is set to 3.5, as SimpleTuner does)", ""},
+      {"libreflux", "flux-schnell", "LibreFlux: a de-distilled schnell (no guidance embedder) that needs "
+                                    "attention masking",
+       "attention masking of padded text tokens (flux_attention_masked_training)"},
+      {"flux-tiny", "flux-tiny", "remat's test configuration: 2 + 2 blocks, hidden size 64", ""},
+      {"flux-small", "flux-small", "remat's small configuration for demos and benchmarks: 4 + 8 blocks, "
+                                   "hidden size 128", ""},
+  };
+}
+
 models::FluxConfig config_of(const TransformerSpec& spec) {
   return spec.config_json ? models::FluxConfig::from_json(*spec.config_json)
-                          : models::FluxConfig::preset(spec.preset);
+                          : models::FluxConfig::preset(model_family(kName).preset_of(spec.preset));
+}
+
+// SimpleTuner's per-flavour settings (flux/model.py check_user_config).
+std::vector<std::string> apply_flux_flavour(TrainConfig& config, const std::vector<std::string>&) {
+  std::vector<std::string> warnings;
+  if (config.model_flavour == "fluxbooru" && config.flux_guidance_value != 3.5) {
+    warnings.push_back("[train] model_flavour fluxbooru trains with flux_guidance_value 3.5 (as SimpleTuner "
+                       "does); replacing " + render_float(config.flux_guidance_value));
+    config.flux_guidance_value = 3.5;
+  }
+  if (config.model_flavour == "schnell") {
+    warnings.push_back("[train] model_flavour schnell: SimpleTuner would also train on top of its schnell "
+                       "assistant LoRA and require flux_fast_schedule; remat trains the plain schnell "
+                       "transformer with the usual timestep sampling");
+  }
+  return warnings;
 }
 
 class FluxTransformer final : public Transformer {
@@ -146,20 +185,30 @@ class FluxTransformer final : public Transformer {
 };
 
 std::vector<OptionSpec> flux_options() {
+  std::vector<std::string> targets = models::flux_lora_target_preset_names();
+  // SimpleTuner's ControlNet targets: valid names, but remat has no ControlNet branch to adapt.
+  targets.push_back("controlnet");
+  targets.push_back("all+ffs+embedder+controlnet");
   std::vector<OptionSpec> rows;
   rows.push_back(Opt("LoRA", "flux_lora_target", OptionType::Choice, bind_field(&TrainConfig::flux_lora_target),
                      "Which layers to train in Flux models")
-                     .choices(models::flux_lora_target_preset_names())
+                     .choices(targets)
                      .depends("model_type", "lora").depends("model_family", kName)
-                     .tooltip("'all' trains all attention layers. 'context' only trains text layers. "
-                              "'+ffs' includes feed-forward layers.")
+                     .value_alias("mmdit", "default")
+                     .unsupported("controlnet", "a ControlNet branch to adapt (controlnet)")
+                     .unsupported("all+ffs+embedder+controlnet", "a ControlNet branch to adapt (controlnet)")
+                     .tooltip("all: the attention projections of both streams; context: only the text "
+                              "stream's; +ffs adds the feed-forward layers, +embedder the image input "
+                              "projection; default (SimpleTuner's mmdit): the image stream's attention; "
+                              "ai-toolkit adds the modulation layers; tiny and nano adapt one or two "
+                              "single-block outputs.")
                      .done());
   rows.push_back(Opt("Flow matching", "flux_guidance_value", OptionType::Float,
                      bind_field(&TrainConfig::flux_guidance_value),
-                     "Guidance value fed to guidance-distilled Flux models (flux-dev) during training")
+                     "Guidance value fed to guidance-distilled Flux models (dev, krea) during training")
                      .min(0)
-                     .tooltip("SimpleTuner trains dev with 1.0 (no distilled guidance); ignored by models "
-                              "without a guidance embedder (schnell).")
+                     .tooltip("SimpleTuner trains dev with 1.0 (no distilled guidance); fluxbooru always uses "
+                              "3.5; ignored by models without a guidance embedder (schnell).")
                      .done());
   return rows;
 }
@@ -170,9 +219,11 @@ void register_family_flux() {
   ModelFamily f;
   f.name = kName;
   f.display_name = "Flux.1";
-  f.flavours = models::FluxConfig::preset_names();
-  f.default_flavour = "flux-dev";
+  f.flavour_specs = flux_flavours();
+  f.flavour_aliases = {{"flux-dev", "dev"}, {"flux-schnell", "schnell"}};
+  f.default_flavour = "krea";
   f.small_flavour = "flux-tiny";
+  f.apply_flavour = apply_flux_flavour;
   f.latents = LatentLayout{kName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
                            /*variable_text_length=*/false};
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,

@@ -16,9 +16,25 @@ using namespace support;
 
 const char* const kName = "mageflow";
 
+// model_flavour values: SimpleTuner's names (its mageflow/model.py HUGGINGFACE_PATHS, default
+// base), all the published architecture, then remat's small test configurations.
+std::vector<FlavourSpec> mageflow_flavours() {
+  const std::string edit = "reference-image conditioning (edit pairs)";
+  return {
+      {"base", "mageflow-4b", "Mage-Flow base, SimpleTuner's default (12 blocks, hidden size 3072)", ""},
+      {"default", "mageflow-4b", "Mage-Flow: the released model, same architecture as base", ""},
+      {"turbo", "mageflow-4b", "Mage-Flow Turbo: the few-step model, same architecture as base", ""},
+      {"edit-base", "mageflow-4b", "Mage-Flow Edit base: trained on image edits", edit},
+      {"edit", "mageflow-4b", "Mage-Flow Edit: trained on image edits", edit},
+      {"edit-turbo", "mageflow-4b", "Mage-Flow Edit Turbo: trained on image edits", edit},
+      {"mageflow-tiny", "mageflow-tiny", "remat's test configuration: 2 blocks, hidden size 64", ""},
+      {"mageflow-small", "mageflow-small", "remat's small configuration: 6 blocks, hidden size 128", ""},
+  };
+}
+
 models::MageFlowConfig config_of(const TransformerSpec& spec) {
   return spec.config_json ? models::MageFlowConfig::from_json(*spec.config_json)
-                          : models::MageFlowConfig::preset(spec.preset);
+                          : models::MageFlowConfig::preset(model_family(kName).preset_of(spec.preset));
 }
 
 // MageFlow trains on packed batches: the B samples of a batch are concatenated along the token
@@ -144,8 +160,9 @@ void register_family_mageflow() {
   ModelFamily f;
   f.name = kName;
   f.display_name = "MageFlow";
-  f.flavours = models::MageFlowConfig::preset_names();
-  f.default_flavour = "mageflow-4b";
+  f.flavour_specs = mageflow_flavours();
+  f.flavour_aliases = {{"mageflow-4b", "base"}};
+  f.default_flavour = "base";
   f.small_flavour = "mageflow-tiny";
   f.latents = LatentLayout{kName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
                            /*variable_text_length=*/true};
