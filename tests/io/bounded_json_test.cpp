@@ -13,6 +13,7 @@
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
 #include "temp_dir.h"
+#include "value_error.h"
 
 namespace remat::io {
 namespace {
@@ -21,16 +22,7 @@ std::string nested(size_t depth, const std::string& inner = "1") {
   return std::string(depth, '[') + inner + std::string(depth, ']');
 }
 
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const c10::ValueError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a c10::ValueError";
-  return "";
-}
+using remat::testing::error_of;
 
 TEST(BoundedJson, DepthAndSizeAreCheckedBeforeParsing) {
   EXPECT_NO_THROW(check_json_text(nested(kMaxJsonDepth), 1 << 20, "[test] doc"));

@@ -10,6 +10,7 @@
 #include "models/model_test_util.h"
 #include "models/reference_ops.h"
 #include "remat/models/flux.h"
+#include "value_error.h"
 
 namespace remat::models {
 namespace {
@@ -226,15 +227,7 @@ TEST_F(FluxTest, ConfigFromDiffusersJson) {
 // A config.json from anywhere: sizes are bounded (remat/models/config_limits.h) before anything is
 // built, integers past int64 are refused, and a 100k-deep value is refused before parsing.
 TEST_F(FluxTest, ConfigJsonIsBounded) {
-  const auto error_of = [](const std::function<void()>& fn) -> std::string {
-    try {
-      fn();
-    } catch (const c10::ValueError& e) {
-      return e.what();
-    }
-    ADD_FAILURE() << "expected a c10::ValueError";
-    return "";
-  };
+  using remat::testing::error_of;
   // `num_layers: 1000000000` once built layers until memory ran out.
   const std::string layers = error_of([] {
     FluxConfig::from_json_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/flux_config_num_layers_1e9.json");

@@ -10,21 +10,13 @@
 
 #include "remat/train/training_state.h"
 #include "temp_dir.h"
+#include "value_error.h"
 
 namespace remat::train {
 namespace {
 namespace fs = std::filesystem;
 
-template <class Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const c10::ValueError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a c10::ValueError";
-  return "";
-}
+using remat::testing::error_of;
 
 std::string regression(const std::string& name) {
   return std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/" + name;
