@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libtomlplusplus-dev     # toml++: config.toml
+  libsentencepiece-dev    # T5's tokenizer (tokenizer_2/spiece.model)
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
 )

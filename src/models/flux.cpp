@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "config_json_impl.h"
+#include "config_json.h"
 
 namespace remat::models {
 
@@ -104,31 +104,31 @@ FluxConfig FluxConfig::preset(const std::string& name) {
 }
 
 FluxConfig FluxConfig::from_json_string(const std::string& json) {
-  const auto j = detail::parse_config_json(json, kComponent);
+  const auto j = remat::detail::parse_config_json(json, kComponent);
   FluxConfig config;
-  detail::read_int(j, "patch_size", config.patch_size, kComponent);
-  detail::read_int(j, "in_channels", config.in_channels, kComponent);
+  remat::detail::read_int(j, "patch_size", config.patch_size, kComponent);
+  remat::detail::read_int(j, "in_channels", config.in_channels, kComponent);
   int64_t out = -1;
-  detail::read_int(j, "out_channels", out, kComponent);
+  remat::detail::read_int(j, "out_channels", out, kComponent);
   if (out != -1) config.out_channels = out;
-  detail::read_int(j, "num_layers", config.num_layers, kComponent);
-  detail::read_int(j, "num_single_layers", config.num_single_layers, kComponent);
-  detail::read_int(j, "attention_head_dim", config.attention_head_dim, kComponent);
-  detail::read_int(j, "num_attention_heads", config.num_attention_heads, kComponent);
-  detail::read_int(j, "joint_attention_dim", config.joint_attention_dim, kComponent);
-  detail::read_int(j, "pooled_projection_dim", config.pooled_projection_dim, kComponent);
-  detail::read_bool(j, "guidance_embeds", config.guidance_embeds, kComponent);
-  detail::read_int_list(j, "axes_dims_rope", config.axes_dims_rope, kComponent);
+  remat::detail::read_int(j, "num_layers", config.num_layers, kComponent);
+  remat::detail::read_int(j, "num_single_layers", config.num_single_layers, kComponent);
+  remat::detail::read_int(j, "attention_head_dim", config.attention_head_dim, kComponent);
+  remat::detail::read_int(j, "num_attention_heads", config.num_attention_heads, kComponent);
+  remat::detail::read_int(j, "joint_attention_dim", config.joint_attention_dim, kComponent);
+  remat::detail::read_int(j, "pooled_projection_dim", config.pooled_projection_dim, kComponent);
+  remat::detail::read_bool(j, "guidance_embeds", config.guidance_embeds, kComponent);
+  remat::detail::read_int_list(j, "axes_dims_rope", config.axes_dims_rope, kComponent);
   config.validate();
   return config;
 }
 
 FluxConfig FluxConfig::from_json_file(const std::string& path) {
-  return from_json_string(detail::read_text_file(path, kComponent));
+  return from_json_string(remat::detail::read_text_file(path, kComponent));
 }
 
 FluxConfig FluxConfig::from_json(const std::string& path_or_json) {
-  return detail::looks_like_json(path_or_json) ? from_json_string(path_or_json)
+  return remat::detail::looks_like_json(path_or_json) ? from_json_string(path_or_json)
                                                : from_json_file(path_or_json);
 }
 

@@ -8,7 +8,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/torch.h>
 
-#include "config_json_impl.h"
+#include "config_json.h"
 
 namespace remat::models {
 
@@ -123,28 +123,28 @@ MageFlowConfig MageFlowConfig::preset(const std::string& name) {
 }
 
 MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
-  const auto j = detail::parse_config_json(json, kComponent);
+  const auto j = remat::detail::parse_config_json(json, kComponent);
   MageFlowConfig config;
-  detail::read_int(j, "hidden_size", config.hidden_size, kComponent);
-  detail::read_int(j, "num_heads", config.num_heads, kComponent);
-  detail::read_int(j, "depth", config.depth, kComponent);
-  detail::read_int_list(j, "axes_dim", config.axes_dim, kComponent);
-  detail::read_int(j, "in_channels", config.in_channels, kComponent);
+  remat::detail::read_int(j, "hidden_size", config.hidden_size, kComponent);
+  remat::detail::read_int(j, "num_heads", config.num_heads, kComponent);
+  remat::detail::read_int(j, "depth", config.depth, kComponent);
+  remat::detail::read_int_list(j, "axes_dim", config.axes_dim, kComponent);
+  remat::detail::read_int(j, "in_channels", config.in_channels, kComponent);
   int64_t out = -1;
-  detail::read_int(j, "out_channels", out, kComponent);
+  remat::detail::read_int(j, "out_channels", out, kComponent);
   if (out != -1) config.out_channels = out;
-  detail::read_int(j, "context_in_dim", config.context_in_dim, kComponent);
-  detail::read_int(j, "patch_size", config.patch_size, kComponent);
+  remat::detail::read_int(j, "context_in_dim", config.context_in_dim, kComponent);
+  remat::detail::read_int(j, "patch_size", config.patch_size, kComponent);
   config.validate();
   return config;
 }
 
 MageFlowConfig MageFlowConfig::from_json_file(const std::string& path) {
-  return from_json_string(detail::read_text_file(path, kComponent));
+  return from_json_string(remat::detail::read_text_file(path, kComponent));
 }
 
 MageFlowConfig MageFlowConfig::from_json(const std::string& path_or_json) {
-  return detail::looks_like_json(path_or_json) ? from_json_string(path_or_json)
+  return remat::detail::looks_like_json(path_or_json) ? from_json_string(path_or_json)
                                                : from_json_file(path_or_json);
 }
 

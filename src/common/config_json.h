@@ -1,6 +1,6 @@
 #pragma once
-// Private helpers for reading diffusers config.json files (nlohmann_json is a private dependency,
-// used only in .cpp files of the library).
+// Private helpers, shared by every layer, for reading diffusers / transformers config.json files
+// (nlohmann_json is a private dependency, used only in .cpp files of the library).
 
 #include <cctype>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
 
-namespace remat::models::detail {
+namespace remat::detail {
 
 // Note [Bounded JSON] (remat/io/bounded_json.h): size and depth are checked before parsing, and
 // messages quote bounded excerpts.
@@ -88,4 +88,4 @@ inline void read_int_list(const nlohmann::json& j, const char* key, std::vector<
   out = it->get<std::vector<int64_t>>();
 }
 
-}  // namespace remat::models::detail
+}  // namespace remat::detail
