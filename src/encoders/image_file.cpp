@@ -1,0 +1,108 @@
+#include "remat/encoders/image_file.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <unistd.h>
+
+#include "remat/error.h"
+#include "remat/io/files.h"
+
+// Debian's libstb-dev ships stb as single-file headers; this file is the one translation unit
+// that holds their implementation (no link dependency for the installed library).
+#define STB_IMAGE_IMPLEMENTATION
+#define STB_IMAGE_WRITE_IMPLEMENTATION
+#define STBI_FAILURE_USERMSG
+#include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
+
+namespace remat::encoders {
+namespace {
+
+struct StbFree {
+  void operator()(unsigned char* pixels) const { stbi_image_free(pixels); }
+};
+
+void check_picture(const at::Tensor& picture, const char* what) {
+  if (picture.dim() != 3 || picture.scalar_type() != at::kByte) {
+    throw_value_error(std::string("[image] ") + what + " needs a uint8 [height, width, channels] tensor, got " +
+                      std::string(c10::toString(picture.scalar_type())) + " with " +
+                      std::to_string(picture.dim()) + " dimensions");
+  }
+}
+
+}  // namespace
+
+at::Tensor read_image(const std::string& path) {
+  io::require_regular_file(path, "image", "a picture");
+  FILE* raw = std::fopen(path.c_str(), "rb");
+  if (raw == nullptr) throw_value_error("[image] cannot open '" + path + "': " + std::strerror(errno));
+  std::unique_ptr<FILE, int (*)(FILE*)> file(raw, &std::fclose);
+  int width = 0, height = 0, channels = 0;
+  if (stbi_info_from_file(file.get(), &width, &height, &channels) == 0) {
+    throw_value_error("[image] '" + path + "' is not a picture remat can read (" + stbi_failure_reason() +
+                      "); readable: PNG, JPEG, BMP, TGA, GIF, PSD, HDR, PNM, PIC");
+  }
+  if (int64_t{width} * int64_t{height} > kMaxImagePixels) {
+    throw_value_error("[image] '" + path + "' is " + std::to_string(width) + " x " + std::to_string(height) +
+                      " pixels; at most " + std::to_string(kMaxImagePixels) + " pixels (8192 x 8192) are read");
+  }
+  std::unique_ptr<unsigned char, StbFree> pixels(stbi_load_from_file(file.get(), &width, &height, &channels, 3));
+  if (!pixels) {
+    throw_value_error("[image] cannot decode '" + path + "': " + stbi_failure_reason());
+  }
+  return at::from_blob(pixels.get(), {height, width, 3}, at::kByte).clone();
+}
+
+void write_png(const std::string& path, const at::Tensor& rgb) {
+  check_picture(rgb, "write_png");
+  const auto picture = rgb.contiguous();
+  const int height = static_cast<int>(picture.size(0));
+  const int width = static_cast<int>(picture.size(1));
+  const int channels = static_cast<int>(picture.size(2));
+  if (channels != 1 && channels != 3 && channels != 4) {
+    throw_value_error("[image] write_png needs 1, 3 or 4 channels, got " + std::to_string(channels));
+  }
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  if (stbi_write_png(temporary.c_str(), width, height, channels, picture.data_ptr<uint8_t>(), width * channels) == 0) {
+    std::remove(temporary.c_str());
+    throw_value_error("[image] cannot write '" + path + "' (the folder must exist and be writable)");
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::remove(temporary.c_str());
+    throw_value_error("[image] cannot write '" + path + "': " + error.message());
+  }
+}
+
+at::Tensor center_crop_to_multiple(const at::Tensor& picture, int64_t multiple) {
+  check_picture(picture, "center_crop_to_multiple");
+  TORCH_CHECK(multiple > 0, "center_crop_to_multiple: multiple must be positive");
+  const int64_t height = picture.size(0), width = picture.size(1);
+  if (height < multiple || width < multiple) {
+    throw_value_error("[image] a " + std::to_string(width) + " x " + std::to_string(height) +
+                      " picture is too small: both sides must be at least " + std::to_string(multiple) + " pixels");
+  }
+  const int64_t new_height = height / multiple * multiple, new_width = width / multiple * multiple;
+  const int64_t top = (height - new_height) / 2, left = (width - new_width) / 2;
+  return picture.slice(0, top, top + new_height).slice(1, left, left + new_width).contiguous();
+}
+
+at::Tensor picture_to_vae_input(const at::Tensor& picture) {
+  check_picture(picture, "picture_to_vae_input");
+  return picture.to(at::kFloat).div(127.5).sub(1.0).permute({2, 0, 1}).unsqueeze(0).contiguous();
+}
+
+at::Tensor vae_output_to_picture(const at::Tensor& decoded) {
+  auto image = decoded.dim() == 4 ? decoded.squeeze(0) : decoded;
+  TORCH_CHECK(image.dim() == 3 && image.size(0) == 3, "vae_output_to_picture: expected [1, 3, H, W] or [3, H, W], got ",
+              decoded.sizes());
+  // diffusers: (x / 2 + 0.5).clamp(0, 1), then * 255 and round.
+  return image.to(at::kFloat).div(2).add(0.5).clamp(0, 1).mul(255).round().to(at::kByte).permute({1, 2, 0}).contiguous();
+}
+
+}  // namespace remat::encoders
