@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libtomlplusplus-dev     # toml++: config.toml
   libsentencepiece-dev    # T5's tokenizer (tokenizer_2/spiece.model)
+  libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
 )
