@@ -10,6 +10,7 @@
 // out_dir/<name>/model.safetensors  vocabulary, eos-id pooling) and "tiny_legacy" (vocab 49408 and
 // out_dir/<name>/outputs.safetensors  eos_token_id 2, ids framed by 49406/49407: the legacy argmax
 //                                 pooling FLUX.1 takes); input_ids, last_hidden_state, pooled_output
+// out_dir/<name>/outputs_bf16.safetensors  the same model cast to bf16: last_hidden_state, pooled_output
 //
 // The other side loads the same weights and ids and compares its outputs with outputs.safetensors.
 
@@ -45,6 +46,11 @@ void dump_model(const fs::path& dir, const encoders::ClipTextConfig& config, con
   const auto out = model->forward(ids);
   io::save_safetensors((dir / "outputs.safetensors").string(),
                        {{"input_ids", ids}, {"last_hidden_state", out.last_hidden_state}, {"pooled_output", out.pooled_output}});
+  // The same weights rounded to bf16 (Tensor::to), run in bf16.
+  model->to(at::kBFloat16);
+  const auto out16 = model->forward(ids);
+  io::save_safetensors((dir / "outputs_bf16.safetensors").string(),
+                       {{"last_hidden_state", out16.last_hidden_state}, {"pooled_output", out16.pooled_output}});
 }
 
 }  // namespace

@@ -18,10 +18,10 @@ ClipAttentionImpl::ClipAttentionImpl(const ClipTextConfig& config)
     : num_heads_(config.num_attention_heads), head_dim_(config.head_dim()) {
   const int64_t D = config.hidden_size;
   // Registered in transformers' order (k, v, q, out) so that module_state() lists keys the same way.
-  k_proj = register_module("k_proj", torch::nn::Linear(D, D));
-  v_proj = register_module("v_proj", torch::nn::Linear(D, D));
-  q_proj = register_module("q_proj", torch::nn::Linear(D, D));
-  out_proj = register_module("out_proj", torch::nn::Linear(D, D));
+  k_proj = register_module("k_proj", models::Linear(D, D));
+  v_proj = register_module("v_proj", models::Linear(D, D));
+  q_proj = register_module("q_proj", models::Linear(D, D));
+  out_proj = register_module("out_proj", models::Linear(D, D));
 }
 
 at::Tensor ClipAttentionImpl::forward(const at::Tensor& x, const at::Tensor& additive_mask) {
@@ -40,8 +40,8 @@ at::Tensor ClipAttentionImpl::forward(const at::Tensor& x, const at::Tensor& add
 }
 
 ClipMlpImpl::ClipMlpImpl(const ClipTextConfig& config) : quick_gelu_(config.hidden_act == "quick_gelu") {
-  fc1 = register_module("fc1", torch::nn::Linear(config.hidden_size, config.intermediate_size));
-  fc2 = register_module("fc2", torch::nn::Linear(config.intermediate_size, config.hidden_size));
+  fc1 = register_module("fc1", models::Linear(config.hidden_size, config.intermediate_size));
+  fc2 = register_module("fc2", models::Linear(config.intermediate_size, config.hidden_size));
 }
 
 at::Tensor ClipMlpImpl::forward(const at::Tensor& x) {

@@ -53,7 +53,7 @@ at::Tensor layer_norm_ref(const at::Tensor& x, const at::Tensor& w, const at::Te
   return (xd - mean) / (var + eps).sqrt() * w.to(at::kDouble) + b.to(at::kDouble);
 }
 
-at::Tensor linear_ref(const at::Tensor& x, const torch::nn::Linear& l) {
+at::Tensor linear_ref(const at::Tensor& x, const remat::models::Linear& l) {
   return at::matmul(x.to(at::kDouble), l->weight.to(at::kDouble).t()) + l->bias.to(at::kDouble);
 }
 

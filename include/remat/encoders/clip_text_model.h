@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "remat/export.h"
+#include "remat/models/layers.h"
 
 namespace remat::encoders {
 
@@ -84,7 +85,10 @@ class REMAT_API ClipAttentionImpl : public torch::nn::Module {
   /// x (B, L, D); additive_mask broadcastable to (B, H, L, L) in x's dtype, or undefined.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& additive_mask);
 
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
+  // remat's Linear (at::linear, bias fused as in PyTorch's nn.Linear): LibTorch's C++
+  // torch::nn::Linear adds the bias after a separate matmul for 3-D inputs, which rounds twice
+  // in bf16 and does not match transformers.
+  models::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
 
  private:
   int64_t num_heads_;
@@ -98,7 +102,7 @@ class REMAT_API ClipMlpImpl : public torch::nn::Module {
   explicit ClipMlpImpl(const ClipTextConfig& config);
   at::Tensor forward(const at::Tensor& x);
 
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  models::Linear fc1{nullptr}, fc2{nullptr};
 
  private:
   bool quick_gelu_;
