@@ -8,13 +8,12 @@
 #include <map>
 #include <set>
 
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "remat/encoders/clip_text_model.h"
 #include "remat/io/safetensors.h"
+#include "temp_dir.h"
 #include "value_error.h"
 
 namespace {
@@ -299,14 +298,8 @@ TEST_F(ClipTextModelTest, ConfigErrorsNameTheFileAndTheValue) {
 
 class ClipTextLoadTest : public ClipTextModelTest {
  protected:
-  void SetUp() override {
-    ClipTextModelTest::SetUp();
-    dir_ = std::filesystem::temp_directory_path() / ("remat_clip_load_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const char* name) const { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
+  std::string path(const char* name) const { return dir_ / name; }
+  remat::testing::TempDir dir_{"remat_clip_load"};
 };
 
 TEST_F(ClipTextLoadTest, LoadsStrictlyInFp32AndBf16AndIgnoresPositionIds) {

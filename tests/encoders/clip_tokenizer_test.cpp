@@ -5,16 +5,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "remat/encoders/clip_text_model.h"
 #include "remat/encoders/clip_tokenizer.h"
+#include "temp_dir.h"
 #include "value_error.h"
 
 namespace {
@@ -40,12 +40,13 @@ int64_t byte_id(int b, bool word_end = false) {
 class ClipTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = (fs::temp_directory_path() / ("remat_clip_tok_" + std::to_string(::getpid()))).string();
+    temp_ = std::make_unique<remat::testing::TempDir>("remat_clip_tok");
+    dir_ = temp_->str();
     remat::encoders::write_tiny_clip_tokenizer(dir_);
     std::ifstream in(fs::path(dir_) / "vocab.json");
     vocab_ = nlohmann::json::parse(in);
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static void TearDownTestSuite() { temp_.reset(); }
 
   static std::vector<int64_t> ids_of(const Pieces& pieces) {
     std::vector<int64_t> ids;
@@ -63,20 +64,19 @@ class ClipTokenizerTest : public ::testing::Test {
     ids.resize(77, 731);
     return ids;
   }
-  static void write(const std::string& name, const std::string& text) {
-    std::ofstream(fs::path(bad_dir()) / name, std::ios::binary) << text;
-  }
-  static std::string bad_dir() {
-    const auto d = fs::temp_directory_path() / ("remat_clip_bad_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d.string();
+  // Writes `text` to `name` in the scratch directory of the malformed-file tests.
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(bad_ / name, std::ios::binary) << text;
   }
 
   ClipTokenizer tok() const { return ClipTokenizer::from_directory(dir_); }
 
+  remat::testing::TempDir bad_{"remat_clip_bad"};
+  static std::unique_ptr<remat::testing::TempDir> temp_;
   static std::string dir_;
   static nlohmann::json vocab_;
 };
+std::unique_ptr<remat::testing::TempDir> ClipTokenizerTest::temp_;
 std::string ClipTokenizerTest::dir_;
 nlohmann::json ClipTokenizerTest::vocab_;
 
@@ -227,7 +227,7 @@ TEST_F(ClipTokenizerTest, RejectsBadCaptions) {
 }
 
 TEST_F(ClipTokenizerTest, MalformedFilesNameTheFileAndLine) {
-  const std::string d = bad_dir();
+  const std::string d = bad_.str();
   const std::string vocab = (fs::path(d) / "vocab.json").string(), merges = (fs::path(d) / "merges.txt").string();
   fs::copy_file(fs::path(dir_) / "vocab.json", vocab, fs::copy_options::overwrite_existing);
 
@@ -264,7 +264,6 @@ TEST_F(ClipTokenizerTest, MalformedFilesNameTheFileAndLine) {
   // AddedToken objects are accepted.
   write("tokenizer_config.json", "{\"pad_token\": {\"__type\": \"AddedToken\", \"content\": \"!\"}}");
   EXPECT_EQ(ClipTokenizer::from_directory(d).pad_id(), 0);
-  fs::remove_all(d);
 }
 
 }  // namespace
