@@ -11,6 +11,7 @@ packages=(
   libtomlplusplus-dev     # toml++: config.toml
   libsentencepiece-dev    # T5's tokenizer (tokenizer_2/spiece.model)
   libstb-dev              # stb_image: reading pictures (PNG, JPEG, ...) and writing PNG
+  libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
 )

@@ -1,0 +1,181 @@
+// CLIPTextModel in LibTorch, ported from transformers' models/clip/modeling_clip.py
+// (CLIPTextEmbeddings, CLIPAttention with eager_attention_forward, CLIPMLP, CLIPEncoderLayer,
+// CLIPTextTransformer). The op order follows the eager path so that bf16 rounds as upstream does.
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "remat/encoders/activations.h"
+#include "remat/encoders/clip_text_model.h"
+#include "remat/error.h"
+#include "remat/io/safetensors.h"
+
+namespace remat::encoders {
+
+ClipAttentionImpl::ClipAttentionImpl(const ClipTextConfig& config)
+    : num_heads_(config.num_attention_heads), head_dim_(config.head_dim()) {
+  const int64_t D = config.hidden_size;
+  // Registered in transformers' order (k, v, q, out) so that module_state() lists keys the same way.
+  k_proj = register_module("k_proj", models::Linear(D, D));
+  v_proj = register_module("v_proj", models::Linear(D, D));
+  q_proj = register_module("q_proj", models::Linear(D, D));
+  out_proj = register_module("out_proj", models::Linear(D, D));
+}
+
+at::Tensor ClipAttentionImpl::forward(const at::Tensor& x, const at::Tensor& additive_mask) {
+  const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, L, num_heads_, head_dim_}).transpose(1, 2); };
+  const at::Tensor q = heads(q_proj(x));
+  const at::Tensor k = heads(k_proj(x));
+  const at::Tensor v = heads(v_proj(x));
+  // The scale multiplies the product (eager_attention_forward), not q; the softmax runs in fp32
+  // and is cast back before the product with v.
+  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  if (additive_mask.defined()) scores = scores + additive_mask;
+  const at::Tensor weights = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
+  const at::Tensor out = at::matmul(weights, v).transpose(1, 2).reshape({B, L, D});
+  return out_proj(out);
+}
+
+ClipMlpImpl::ClipMlpImpl(const ClipTextConfig& config) : quick_gelu_(config.hidden_act == "quick_gelu") {
+  fc1 = register_module("fc1", models::Linear(config.hidden_size, config.intermediate_size));
+  fc2 = register_module("fc2", models::Linear(config.intermediate_size, config.hidden_size));
+}
+
+at::Tensor ClipMlpImpl::forward(const at::Tensor& x) {
+  const at::Tensor h = fc1(x);
+  return fc2(quick_gelu_ ? quick_gelu(h) : at::gelu(h));
+}
+
+ClipEncoderLayerImpl::ClipEncoderLayerImpl(const ClipTextConfig& config) {
+  const auto norm = torch::nn::LayerNormOptions({config.hidden_size}).eps(config.layer_norm_eps);
+  self_attn = register_module("self_attn", ClipAttention(config));
+  layer_norm1 = register_module("layer_norm1", torch::nn::LayerNorm(norm));
+  mlp = register_module("mlp", ClipMlp(config));
+  layer_norm2 = register_module("layer_norm2", torch::nn::LayerNorm(norm));
+}
+
+at::Tensor ClipEncoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& additive_mask) {
+  const at::Tensor h = x + self_attn->forward(layer_norm1(x), additive_mask);
+  return h + mlp->forward(layer_norm2(h));
+}
+
+at::Tensor clip_causal_mask(int64_t length, at::ScalarType dtype, const at::Device& device) {
+  // transformers fills the masked entries with torch.finfo(dtype).min rather than -inf, so a row
+  // can never be all -inf; exp() of it underflows to exactly 0 either way.
+  const double lowest = at::kBFloat16 == dtype ? static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest())
+                        : at::kHalf == dtype   ? static_cast<double>(std::numeric_limits<c10::Half>::lowest())
+                        : at::kDouble == dtype ? std::numeric_limits<double>::lowest()
+                                               : static_cast<double>(std::numeric_limits<float>::lowest());
+  const auto options = at::TensorOptions().dtype(dtype).device(device);
+  const at::Tensor upper = at::ones({length, length}, options.dtype(at::kBool)).triu(1);
+  return at::zeros({length, length}, options).masked_fill(upper, lowest).view({1, 1, length, length});
+}
+
+ClipTextEmbeddingsImpl::ClipTextEmbeddingsImpl(const ClipTextConfig& config) {
+  token_embedding = register_module("token_embedding", torch::nn::Embedding(config.vocab_size, config.hidden_size));
+  position_embedding = register_module(
+      "position_embedding", torch::nn::Embedding(config.max_position_embeddings, config.hidden_size));
+}
+
+at::Tensor ClipTextEmbeddingsImpl::forward(const at::Tensor& input_ids) {
+  const int64_t L = input_ids.size(-1);
+  const at::Tensor positions = at::arange(L, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+  return token_embedding(input_ids) + position_embedding(positions);
+}
+
+ClipEncoderImpl::ClipEncoderImpl(const ClipTextConfig& config) {
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers->push_back(ClipEncoderLayer(config));
+}
+
+at::Tensor ClipEncoderImpl::forward(at::Tensor x, const at::Tensor& additive_mask) {
+  for (const auto& layer : *layers) x = layer->as<ClipEncoderLayerImpl>()->forward(x, additive_mask);
+  return x;
+}
+
+at::Tensor clip_pooled_positions(const at::Tensor& input_ids, int64_t eos_token_id) {
+  TORCH_CHECK_VALUE(input_ids.dim() == 2 && input_ids.size(1) > 0,
+                    "[clip] input_ids must be (B, L) with L >= 1, got ", input_ids.sizes());
+  // CLIPTextTransformer.forward: the legacy rule (the largest id is the end of text) holds for
+  // every row, or the eos-id rule is used for all of them. Both take the first match (argmax).
+  const at::Tensor ids = input_ids.to(at::kInt);
+  const bool legacy = std::get<0>(input_ids.max(-1)).eq(kClipLegacyEndOfTextId).all().item<bool>();
+  if (legacy) return ids.argmax(-1);
+  return ids.eq(eos_token_id).to(at::kInt).argmax(-1);
+}
+
+ClipTextTransformerImpl::ClipTextTransformerImpl(const ClipTextConfig& config)
+    : eos_token_id_(config.eos_token_id) {
+  embeddings = register_module("embeddings", ClipTextEmbeddings(config));
+  encoder = register_module("encoder", ClipEncoder(config));
+  final_layer_norm = register_module(
+      "final_layer_norm",
+      torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden_size}).eps(config.layer_norm_eps)));
+}
+
+ClipTextOutput ClipTextTransformerImpl::forward(const at::Tensor& input_ids) {
+  at::Tensor h = embeddings->forward(input_ids);
+  const at::Tensor mask = clip_causal_mask(input_ids.size(1), h.scalar_type(), h.device());
+  h = final_layer_norm(encoder->forward(h, mask));
+  const at::Tensor rows = at::arange(h.size(0), input_ids.options().dtype(at::kLong));
+  const at::Tensor positions = clip_pooled_positions(input_ids, eos_token_id_).to(h.device(), at::kLong);
+  return {h, h.index({rows.to(h.device()), positions})};
+}
+
+ClipTextModelImpl::ClipTextModelImpl(const ClipTextConfig& config) : config_(config) {
+  config_.validate();
+  text_model = register_module("text_model", ClipTextTransformer(config_));
+}
+
+ClipTextOutput ClipTextModelImpl::forward(const at::Tensor& input_ids) {
+  TORCH_CHECK_VALUE(input_ids.dim() == 2, "[clip] input_ids must be (B, L), got ", input_ids.sizes());
+  TORCH_CHECK_VALUE(input_ids.scalar_type() == at::kLong, "[clip] input_ids must be int64, got ",
+                    input_ids.scalar_type());
+  TORCH_CHECK_VALUE(input_ids.size(0) >= 1 && input_ids.size(1) >= 1 &&
+                        input_ids.size(1) <= config_.max_position_embeddings,
+                    "[clip] input_ids must be (B, L) with B >= 1 and 1 <= L <= max_position_embeddings (",
+                    config_.max_position_embeddings, "), got ", input_ids.sizes());
+  const int64_t lo = input_ids.min().item<int64_t>(), hi = input_ids.max().item<int64_t>();
+  TORCH_CHECK_VALUE(lo >= 0 && hi < config_.vocab_size, "[clip] input_ids must be in [0, ",
+                    config_.vocab_size, "), got values in [", lo, ", ", hi, "]");
+  return text_model->forward(input_ids);
+}
+
+ClipTextModel load_clip_text_model(const std::vector<std::string>& files, const ClipTextConfig& config,
+                                   at::ScalarType dtype) {
+  if (dtype != at::kFloat && dtype != at::kBFloat16) {
+    throw_value_error(std::string("[clip] dtype must be float32 or bfloat16, got ") + c10::toString(dtype));
+  }
+  if (files.empty()) throw_value_error("[clip] load_clip_text_model needs at least one weights file");
+  ClipTextModel model(config);
+  model->to(dtype);
+  std::vector<io::SafetensorsFile> opened;
+  std::string names;
+  for (const auto& path : files) {
+    opened.push_back(io::SafetensorsFile::open(path));
+    names += (names.empty() ? "'" : ", '") + path + "'";
+  }
+  io::LoadOptions options;
+  // Non-strict here only so that the problems come back as a report; any problem is thrown below
+  // with the file names, and the partly loaded model is dropped.
+  options.strict = false;
+  // transformers registers position_ids as a non-persistent buffer (arange); old versions saved it.
+  options.key_filter = [](const std::string& key) { return key != "text_model.embeddings.position_ids"; };
+  const io::LoadReport report = io::load_state_dict_into(*model, opened, options);
+  if (!report.ok()) {
+    throw_value_error("[clip] " + names + " does not match CLIPTextModel (hidden_size " +
+                      std::to_string(config.hidden_size) + ", " + std::to_string(config.num_hidden_layers) +
+                      " layers, vocab_size " + std::to_string(config.vocab_size) + "):\n" + report.describe());
+  }
+  model->eval();
+  return model;
+}
+
+ClipTextModel load_clip_text_model(const std::string& path, const ClipTextConfig& config, at::ScalarType dtype) {
+  return load_clip_text_model(std::vector<std::string>{path}, config, dtype);
+}
+
+}  // namespace remat::encoders
