@@ -1,6 +1,6 @@
 #pragma once
-// The message of the c10::ValueError (remat's bad-input error) that `fn` throws, without c10's
-// trailing newline; a test failure when it throws none.
+// The message of the c10::ValueError (remat's bad-input error) that `fn` throws; a test failure
+// when it throws none.
 
 #include <string>
 
@@ -14,9 +14,7 @@ std::string error_of(Fn&& fn) {
   try {
     fn();
   } catch (const c10::ValueError& e) {
-    std::string message = e.what();
-    while (!message.empty() && message.back() == '\n') message.pop_back();  // c10 ends it with one
-    return message;
+    return e.what();
   }
   ADD_FAILURE() << "expected a c10::ValueError";
   return "";

@@ -77,7 +77,7 @@ TEST(ImageFile, CenterCropKeepsTheMiddle) {
   // 37 -> 32 drops 5 rows: 2 above, 3 below; 50 -> 48 drops 1 column each side.
   EXPECT_TRUE(torch::equal(crop, picture.slice(0, 2, 34).slice(1, 1, 49)));
   EXPECT_EQ(error_of([&] { center_crop_to_multiple(gradient_picture(15, 40), 16); }),
-            "[image] a 40 x 15 picture is too small: both sides must be at least 16 pixels");
+            "[image] a 40 x 15 picture is too small: both sides must be at least 16 pixels\n");
 }
 
 TEST(ImageFile, BadFilesAreRefusedByName) {
@@ -86,7 +86,7 @@ TEST(ImageFile, BadFilesAreRefusedByName) {
   EXPECT_EQ(error_of([&] { read_image(dir / "notes.png"); }),
             "[image] '" + (dir / "notes.png") +
                 "' is not a picture remat can read (Image not of any known type, or corrupt); readable: PNG, "
-                "JPEG, BMP, TGA, GIF, PSD, HDR, PNM, PIC");
+                "JPEG, BMP, TGA, GIF, PSD, HDR, PNM, PIC\n");
   EXPECT_NE(error_of([&] { read_image(dir / "missing.png"); }).find("missing.png"), std::string::npos);
   EXPECT_NE(error_of([&] { read_image(dir.str()); }).find("must be a regular file"), std::string::npos);
 
@@ -105,7 +105,7 @@ TEST(ImageFile, HugeClaimedSizeIsRefusedBeforeDecoding) {
   write_bytes((dir / "huge.ppm"), "P6\n100000 100000\n255\n");
   EXPECT_EQ(error_of([&] { read_image(dir / "huge.ppm"); }),
             "[image] '" + (dir / "huge.ppm") +
-                "' is 100000 x 100000 pixels; at most 67108864 pixels (8192 x 8192) are read");
+                "' is 100000 x 100000 pixels; at most 67108864 pixels (8192 x 8192) are read\n");
 }
 
 }  // namespace
