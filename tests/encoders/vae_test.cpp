@@ -235,6 +235,15 @@ TEST_F(VaeTest, FluxKeysShapesAndPublishedParameterCount) {
   EXPECT_EQ(by_key.count("post_quant_conv.weight"), 0u);
   EXPECT_EQ(by_key.count("decoder.up_blocks.3.upsamplers.0.conv.weight"), 0u);
   EXPECT_EQ(parameter_count(config), 83819683);  // published figure (ENCODERS.md §1.7)
+  int64_t encoder_params = 0;
+  for (const auto& [key, shape] : shapes) {
+    if (key.rfind("encoder.", 0) == 0) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      encoder_params += n;
+    }
+  }
+  EXPECT_EQ(encoder_params, 34274208);  // encoder 34,274,208 + decoder 49,545,475
 }
 
 TEST_F(VaeTest, DiffusersTinyPipelineVaeCounts) {
