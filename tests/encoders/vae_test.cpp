@@ -127,6 +127,17 @@ TEST_F(VaeTest, AttentionInBf16IsCloseToFp32) {
   EXPECT_LT(max_rel_err(y16, y32), 3e-2);
 }
 
+TEST_F(VaeTest, ActivationsMatchTheirFormulas) {
+  const auto x = torch::linspace(-8.0, 8.0, 161, at::kDouble);
+  EXPECT_LT(max_rel_err(apply_activation(x, parse_vae_activation("swish")), x / (1 + at::exp(-x))), 1e-14);
+  EXPECT_LT(max_rel_err(apply_activation(x, parse_vae_activation("Mish")), x * at::tanh(at::log1p(at::exp(x)))), 1e-14);
+  EXPECT_LT(max_rel_err(apply_activation(x, parse_vae_activation("gelu")), 0.5 * x * (1 + at::erf(x / std::sqrt(2.0)))),
+            1e-14);
+  EXPECT_TRUE(torch::equal(apply_activation(x, parse_vae_activation("relu")), x.clamp_min(0)));
+  EXPECT_EQ(error_of([] { parse_vae_activation("tanh"); }),
+            "[vae] act_fn must be one of silu, swish, mish, gelu, relu, got 'tanh'");
+}
+
 // ---- whole model ----
 TEST_F(VaeTest, TinyModelMatchesTheReferenceCompositionInFloat64) {
   const auto config = AutoencoderKLConfig::tiny();
@@ -144,7 +155,7 @@ TEST_F(VaeTest, TinyModelMatchesTheReferenceCompositionInFloat64) {
   EXPECT_LT(max_rel_err(image, ref::decoder(p, shape_of(config), z)), 1e-11);
 }
 
-TEST_F(VaeTest, ModelWithoutAttentionOrQuantConvsAndGeluMatchesTheReference) {
+TEST_F(VaeTest, ModelWithoutAttentionOrQuantConvsWithTwoLayersMatchesTheReference) {
   auto config = AutoencoderKLConfig::tiny();
   config.block_out_channels = {8, 16, 16};
   config.mid_block_add_attention = false;
