@@ -1,0 +1,355 @@
+// AutoencoderKLConfig: diffusers' vae/config.json, its validation, and the parameter list it
+// implies (ENCODERS.md §1.1, §1.6, §1.7).
+
+#include "remat/encoders/autoencoder_kl_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "config_json.h"
+#include "remat/error.h"
+#include "remat/io/bounded_json.h"
+#include "remat/io/files.h"
+
+namespace remat::encoders {
+namespace {
+
+constexpr const char* kComponent = "vae";
+constexpr const char* kDownBlock = "DownEncoderBlock2D";
+constexpr const char* kUpBlock = "UpDecoderBlock2D";
+
+using Json = nlohmann::json;
+
+// Every error names the file (or text) it came from, the key and the value.
+[[noreturn]] void fail(const std::string& origin, const std::string& what) {
+  throw_value_error(std::string("[vae] ") + origin + ": " + what);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string join(const std::vector<int64_t>& values) {
+  std::string out;
+  for (int64_t v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return "[" + out + "]";
+}
+
+void read_int(const Json& j, const char* key, int64_t& out, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if (!remat::detail::is_int64(*it)) {
+    fail(origin, std::string("config key '") + key + "' must be an integer, got " + io::json_excerpt(*it));
+  }
+  out = it->get<int64_t>();
+}
+
+void read_bool(const Json& j, const char* key, bool& out, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_boolean()) {
+    fail(origin, std::string("config key '") + key + "' must be a boolean, got " + io::json_excerpt(*it));
+  }
+  out = it->get<bool>();
+}
+
+// Returns false when the key is absent or null (the caller keeps its default or records null).
+bool read_number(const Json& j, const char* key, double& out, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return false;
+  if (!it->is_number()) {
+    fail(origin, std::string("config key '") + key + "' must be a number, got " + io::json_excerpt(*it));
+  }
+  out = it->get<double>();
+  return true;
+}
+
+std::vector<int64_t> read_int_list(const Json& value, const char* key, const std::string& origin) {
+  bool ok = value.is_array();
+  if (ok) {
+    for (const auto& v : value) ok = ok && remat::detail::is_int64(v);
+  }
+  if (!ok) {
+    fail(origin, std::string("config key '") + key + "' must be a list of integers, got " +
+                     io::json_excerpt(value));
+  }
+  return value.get<std::vector<int64_t>>();
+}
+
+// down_block_types / up_block_types: only the VAE blocks diffusers' AutoencoderKL builds.
+void check_block_types(const Json& j, const char* key, const char* expected, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  bool ok = it->is_array();
+  if (ok) {
+    for (const auto& v : *it) ok = ok && v.is_string() && v.get<std::string>() == expected;
+  }
+  if (!ok) {
+    fail(origin, std::string("config key '") + key + "' must be a list of \"" + expected +
+                     "\" (the only block AutoencoderKL supports), got " + io::json_excerpt(*it));
+  }
+}
+
+void check_block_type_count(const Json& j, const char* key, size_t n, const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if (it->size() != n) {
+    fail(origin, std::string("config key '") + key + "' must have one entry per block_out_channels entry (" +
+                     std::to_string(n) + "), got " + std::to_string(it->size()));
+  }
+}
+
+void check_positive(const std::string& origin, const char* key, int64_t value) {
+  if (value < 1) fail(origin, std::string(key) + " must be >= 1, got " + std::to_string(value));
+}
+
+}  // namespace
+
+const std::vector<std::string>& vae_activation_names() {
+  static const std::vector<std::string> names = {"silu", "swish", "mish", "gelu", "relu"};
+  return names;
+}
+
+AutoencoderKLConfig AutoencoderKLConfig::flux() {
+  AutoencoderKLConfig c;
+  c.block_out_channels = {128, 256, 512, 512};
+  c.layers_per_block = 2;
+  c.latent_channels = 16;
+  c.norm_num_groups = 32;
+  c.use_quant_conv = false;
+  c.use_post_quant_conv = false;
+  c.scaling_factor = 0.3611;
+  c.shift_factor = 0.1159;
+  c.shift_factor_is_null = false;
+  c.sample_size = {1024};
+  return c;
+}
+
+AutoencoderKLConfig AutoencoderKLConfig::tiny() {
+  AutoencoderKLConfig c;
+  c.block_out_channels = {32, 64};
+  c.layers_per_block = 1;
+  c.latent_channels = 4;
+  c.norm_num_groups = 8;
+  c.scaling_factor = 0.5;
+  c.shift_factor = 0.25;
+  c.shift_factor_is_null = false;
+  c.sample_size = {32};
+  return c;
+}
+
+void AutoencoderKLConfig::validate(const std::string& origin) const {
+  check_positive(origin, "in_channels", in_channels);
+  check_positive(origin, "out_channels", out_channels);
+  check_positive(origin, "layers_per_block", layers_per_block);
+  check_positive(origin, "latent_channels", latent_channels);
+  check_positive(origin, "norm_num_groups", norm_num_groups);
+  // 2^(n-1) must stay a sane integer; diffusers' Flux has 4 blocks.
+  if (block_out_channels.empty() || block_out_channels.size() > 16) {
+    fail(origin, "block_out_channels must have 1 to 16 entries, got " + join(block_out_channels));
+  }
+  for (int64_t b : block_out_channels) {
+    if (b < 1 || b % norm_num_groups != 0) {
+      fail(origin, "every block_out_channels entry must be a positive multiple of norm_num_groups (" +
+                       std::to_string(norm_num_groups) + "), got " + join(block_out_channels));
+    }
+  }
+  const auto& names = vae_activation_names();
+  if (std::find(names.begin(), names.end(), lower(act_fn)) == names.end()) {
+    fail(origin, "act_fn must be one of " + join(names) + ", got '" + act_fn + "'");
+  }
+  if (!std::isfinite(scaling_factor) || scaling_factor == 0.0) {
+    fail(origin, "scaling_factor must be finite and non-zero, got " + std::to_string(scaling_factor));
+  }
+  if (!std::isfinite(shift_factor)) {
+    fail(origin, "shift_factor must be finite, got " + std::to_string(shift_factor));
+  }
+  if (sample_size.empty() || sample_size.front() < 1) {
+    fail(origin, "sample_size must be a positive integer (or a list of them), got " + join(sample_size));
+  }
+}
+
+AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text, const std::string& origin) {
+  io::check_json_text(text, io::kMaxJsonFileBytes, "[vae] " + origin);
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    fail(origin, "malformed config JSON: " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+  }
+  if (!j.is_object()) fail(origin, "config JSON must be an object");
+
+  AutoencoderKLConfig c;
+  read_int(j, "in_channels", c.in_channels, origin);
+  read_int(j, "out_channels", c.out_channels, origin);
+  if (auto it = j.find("block_out_channels"); it != j.end() && !it->is_null()) {
+    c.block_out_channels = read_int_list(*it, "block_out_channels", origin);
+  }
+  read_int(j, "layers_per_block", c.layers_per_block, origin);
+  read_int(j, "latent_channels", c.latent_channels, origin);
+  read_int(j, "norm_num_groups", c.norm_num_groups, origin);
+  if (auto it = j.find("act_fn"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) fail(origin, "config key 'act_fn' must be a string, got " + io::json_excerpt(*it));
+    c.act_fn = it->get<std::string>();
+  }
+  read_bool(j, "mid_block_add_attention", c.mid_block_add_attention, origin);
+  read_bool(j, "use_quant_conv", c.use_quant_conv, origin);
+  read_bool(j, "use_post_quant_conv", c.use_post_quant_conv, origin);
+  read_bool(j, "force_upcast", c.force_upcast, origin);
+  read_number(j, "scaling_factor", c.scaling_factor, origin);
+  c.shift_factor_is_null = !read_number(j, "shift_factor", c.shift_factor, origin);
+  if (c.shift_factor_is_null) c.shift_factor = 0.0;
+  if (auto it = j.find("sample_size"); it != j.end() && !it->is_null()) {
+    if (it->is_array()) {
+      c.sample_size = read_int_list(*it, "sample_size", origin);
+      c.sample_size_is_list = true;
+    } else {
+      int64_t s = 0;
+      read_int(j, "sample_size", s, origin);
+      c.sample_size = {s};
+    }
+  }
+  for (const char* key : {"latents_mean", "latents_std"}) {
+    auto it = j.find(key);
+    if (it != j.end() && !it->is_null()) {
+      fail(origin, std::string("config key '") + key + "' must be null (per-channel latent statistics are not supported), got " +
+                       io::json_excerpt(*it));
+    }
+  }
+  check_block_types(j, "down_block_types", kDownBlock, origin);
+  check_block_types(j, "up_block_types", kUpBlock, origin);
+  // Without *_block_types diffusers builds one block; with them their length sets n. Both must agree.
+  check_block_type_count(j, "down_block_types", c.block_out_channels.size(), origin);
+  check_block_type_count(j, "up_block_types", c.block_out_channels.size(), origin);
+  c.validate(origin);
+  return c;
+}
+
+AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
+  return from_json_text(io::read_regular_file(path, io::kMaxJsonFileBytes, kComponent, "config file"), path);
+}
+
+std::string AutoencoderKLConfig::to_json() const {
+  Json j;
+  j["_class_name"] = "AutoencoderKL";
+  j["in_channels"] = in_channels;
+  j["out_channels"] = out_channels;
+  j["down_block_types"] = std::vector<std::string>(block_out_channels.size(), kDownBlock);
+  j["up_block_types"] = std::vector<std::string>(block_out_channels.size(), kUpBlock);
+  j["block_out_channels"] = block_out_channels;
+  j["layers_per_block"] = layers_per_block;
+  j["act_fn"] = act_fn;
+  j["latent_channels"] = latent_channels;
+  j["norm_num_groups"] = norm_num_groups;
+  if (sample_size_is_list) {
+    j["sample_size"] = sample_size;
+  } else {
+    j["sample_size"] = sample_size.empty() ? 0 : sample_size.front();
+  }
+  j["scaling_factor"] = scaling_factor;
+  j["shift_factor"] = shift_factor_is_null ? Json(nullptr) : Json(shift_factor);
+  j["latents_mean"] = nullptr;
+  j["latents_std"] = nullptr;
+  j["force_upcast"] = force_upcast;
+  j["use_quant_conv"] = use_quant_conv;
+  j["use_post_quant_conv"] = use_post_quant_conv;
+  j["mid_block_add_attention"] = mid_block_add_attention;
+  return j.dump(2) + "\n";
+}
+
+// ---- parameter list (ENCODERS.md §1.6): diffusers' module registration order ----
+namespace {
+
+struct ShapeList {
+  std::vector<ParameterShape> out;
+  void conv(const std::string& p, int64_t a, int64_t b, int64_t k) {
+    out.push_back({p + ".weight", {b, a, k, k}});
+    out.push_back({p + ".bias", {b}});
+  }
+  void norm(const std::string& p, int64_t c) {
+    out.push_back({p + ".weight", {c}});
+    out.push_back({p + ".bias", {c}});
+  }
+  void linear(const std::string& p, int64_t a, int64_t b) {
+    out.push_back({p + ".weight", {b, a}});
+    out.push_back({p + ".bias", {b}});
+  }
+  void resnet(const std::string& p, int64_t a, int64_t b) {
+    norm(p + ".norm1", a);
+    conv(p + ".conv1", a, b, 3);
+    norm(p + ".norm2", b);
+    conv(p + ".conv2", b, b, 3);
+    if (a != b) conv(p + ".conv_shortcut", a, b, 1);
+  }
+  // UNetMidBlock2D registers `attentions` before `resnets`.
+  void mid(const std::string& p, int64_t c, bool attention) {
+    if (attention) {
+      norm(p + ".attentions.0.group_norm", c);
+      linear(p + ".attentions.0.to_q", c, c);
+      linear(p + ".attentions.0.to_k", c, c);
+      linear(p + ".attentions.0.to_v", c, c);
+      linear(p + ".attentions.0.to_out.0", c, c);
+    }
+    resnet(p + ".resnets.0", c, c);
+    resnet(p + ".resnets.1", c, c);
+  }
+};
+
+}  // namespace
+
+std::vector<ParameterShape> parameter_shapes(const AutoencoderKLConfig& config) {
+  config.validate();
+  const auto& b = config.block_out_channels;
+  const int64_t n = config.num_blocks(), C = b.back(), L = config.layers_per_block;
+  ShapeList s;
+  // Encoder: conv_in, down_blocks, mid_block, conv_norm_out, conv_out.
+  s.conv("encoder.conv_in", config.in_channels, b[0], 3);
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string p = "encoder.down_blocks." + std::to_string(i);
+    for (int64_t r = 0; r < L; ++r) {
+      s.resnet(p + ".resnets." + std::to_string(r), r == 0 ? b[std::max<int64_t>(i - 1, 0)] : b[i], b[i]);
+    }
+    if (i < n - 1) s.conv(p + ".downsamplers.0.conv", b[i], b[i], 3);
+  }
+  s.mid("encoder.mid_block", C, config.mid_block_add_attention);
+  s.norm("encoder.conv_norm_out", C);
+  s.conv("encoder.conv_out", C, 2 * config.latent_channels, 3);
+  // Decoder: conv_in, up_blocks (registered, empty, before mid_block), mid_block, conv_norm_out, conv_out.
+  s.conv("decoder.conv_in", config.latent_channels, C, 3);
+  std::vector<int64_t> rev(b.rbegin(), b.rend());
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string p = "decoder.up_blocks." + std::to_string(i);
+    for (int64_t r = 0; r <= L; ++r) {
+      s.resnet(p + ".resnets." + std::to_string(r), r == 0 ? rev[std::max<int64_t>(i - 1, 0)] : rev[i], rev[i]);
+    }
+    if (i < n - 1) s.conv(p + ".upsamplers.0.conv", rev[i], rev[i], 3);
+  }
+  s.mid("decoder.mid_block", C, config.mid_block_add_attention);
+  s.norm("decoder.conv_norm_out", b[0]);
+  s.conv("decoder.conv_out", b[0], config.out_channels, 3);
+  if (config.use_quant_conv) s.conv("quant_conv", 2 * config.latent_channels, 2 * config.latent_channels, 1);
+  if (config.use_post_quant_conv) s.conv("post_quant_conv", config.latent_channels, config.latent_channels, 1);
+  return s.out;
+}
+
+int64_t parameter_count(const AutoencoderKLConfig& config) {
+  int64_t total = 0;
+  for (const auto& [name, shape] : parameter_shapes(config)) {
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    total += numel;
+  }
+  return total;
+}
+
+}  // namespace remat::encoders
