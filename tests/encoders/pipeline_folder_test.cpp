@@ -328,6 +328,12 @@ TEST(ComponentWeights, Bf16ShardedLoadAllocatesNothingBeyondTheModule) {
   EXPECT_LT(ratio_extra, 0.01);
 }
 
+// docs/PIPELINE_FOLDER.md's memory table uses these counts: FLUX.1-dev's published parameter
+// count (the sum of its transformer/ shards' tensors) against the project's FluxConfig count.
+TEST(ComponentWeights, FluxDevTransformerCountOfTheMemoryTable) {
+  EXPECT_EQ(remat::models::parameter_count(remat::models::FluxConfig::preset("flux-dev")), int64_t{11'901'408'320});
+}
+
 // ---- model_index.json, components, overrides ----
 
 std::string demo(const TempDir& tmp, const std::string& name = "pipe") {

@@ -127,8 +127,8 @@ TEST_F(PipelineSourceTest, BadSourcesNameThePathAndWhatWasExpected) {
                      dir_ / "plain/vae" + "'"),
             std::string::npos)
       << msg;
-  msg = error_of([&] { resolve_model_source(config("x", {"--pretrained_transformer_subfolder=none"})); });
-  EXPECT_NE(msg.find("pretrained_transformer_subfolder ('none') needs pretrained_transformer_model_name_or_path"),
+  msg = error_of([&] { resolve_model_source(config("x", {"--pretrained_transformer_subfolder=transformer"})); });
+  EXPECT_NE(msg.find("pretrained_transformer_subfolder ('transformer') needs pretrained_transformer_model_name_or_path"),
             std::string::npos)
       << msg;
   const std::string last_shard = encoders::find_component_weights(dir_ / "pipe/transformer").files.back();
