@@ -28,6 +28,7 @@ std::string ModelSource::describe() const {
   if (pipeline_folder) out += " (pipeline folder " + *pipeline_folder + ")";
   if (config_json) out += ", config " + *config_json;
   if (vae_directory) out += "; VAE folder " + *vae_directory + " (checked, not loaded: latents come from the cache)";
+  if (!vae_note.empty()) out += "; " + vae_note;
   return out;
 }
 
@@ -40,11 +41,19 @@ ModelSource resolve_model_source(const TrainConfig& config) {
     throw_value_error("[train] pretrained_transformer_subfolder ('" + *config.pretrained_transformer_subfolder +
                       "') needs pretrained_transformer_model_name_or_path (the folder it is a subfolder of)");
   }
+  ModelSource source;
   if (config.pretrained_vae_model_name_or_path) {
-    overrides["vae"] = {*config.pretrained_vae_model_name_or_path, std::nullopt};
+    // Training reads VAE latents from the cache, so the VAE is only checked, and only when it is a
+    // local folder: SimpleTuner configs often name a hub repository here, which must not stop a
+    // run that never needs it.
+    if (is_dir(*config.pretrained_vae_model_name_or_path)) {
+      overrides["vae"] = {*config.pretrained_vae_model_name_or_path, std::nullopt};
+    } else {
+      source.vae_note = "VAE '" + *config.pretrained_vae_model_name_or_path +
+                        "' not read (not a local folder; training uses the latent cache)";
+    }
   }
 
-  ModelSource source;
   const auto& path = config.pretrained_model_name_or_path;
   std::optional<std::string> transformer_dir;
   if (path && encoders::is_pipeline_folder(*path)) {

@@ -131,8 +131,9 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kModel, "pretrained_vae_model_name_or_path", T::Path, bind_field(&C::pretrained_vae_model_name_or_path),
           "Take the VAE from this pipeline or VAE folder instead")
       .nullable()
-      .tooltip("Checked at start (config.json and weights); training reads VAE latents from the "
-               "latent cache, so the VAE is not loaded."));
+      .tooltip("A local folder is checked at start (config.json and weights); anything else (a "
+               "Hugging Face repository name) is noted and not read. Training reads VAE latents "
+               "from the latent cache, so the VAE is not loaded."));
   add(Opt(kModel, "pretrained_transformer_config", T::Path, bind_field(&C::pretrained_transformer_config),
           "A transformer config.json (diffusers format) overriding the flavour's shapes")
       .nullable());

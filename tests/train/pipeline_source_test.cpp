@@ -127,6 +127,11 @@ TEST_F(PipelineSourceTest, BadSourcesNameThePathAndWhatWasExpected) {
                      dir_ / "plain/vae" + "'"),
             std::string::npos)
       << msg;
+  // A VAE named by a hub repository (SimpleTuner configs do) is not needed and not read.
+  const auto hub_vae = resolve_model_source(config("x", {"--pretrained_model_name_or_path=" + dir_ / "pipe",
+                                                         "--pretrained_vae_model_name_or_path=black-forest-labs/FLUX.1-dev"}));
+  EXPECT_EQ(hub_vae.weights.value_or(""), dir_ / "pipe/transformer");
+  EXPECT_NE(hub_vae.describe().find("VAE 'black-forest-labs/FLUX.1-dev' not read"), std::string::npos) << hub_vae.describe();
   msg = error_of([&] { resolve_model_source(config("x", {"--pretrained_transformer_subfolder=transformer"})); });
   EXPECT_NE(msg.find("pretrained_transformer_subfolder ('transformer') needs pretrained_transformer_model_name_or_path"),
             std::string::npos)

@@ -23,6 +23,9 @@ struct ModelSource {
   std::optional<std::string> pipeline_folder;
   /// The VAE directory when one was given or resolved (checked, not loaded).
   std::optional<std::string> vae_directory;
+  /// Set when pretrained_vae_model_name_or_path is not a local folder (a hub repository name):
+  /// it is not needed for training and is not read.
+  std::string vae_note;
   /// One line for the log.
   std::string describe() const;
 };
