@@ -21,7 +21,8 @@ struct DemoPipelineOptions {
   std::string transformer_preset = "flux-tiny";
   /// Weight dtype of the files: "bf16" (as every published FLUX.1 file) or "fp32".
   std::string dtype = "bf16";
-  /// The transformer's weights are cut into this many shards (>= 2 exercises the index; 1 writes
+  /// The transformer's weights are cut with a shard limit of total / transformer_shards, which
+  /// under the hub's rule gives this many shards or one more (>= 2 exercises the index; 1 writes
   /// one diffusion_pytorch_model.safetensors).
   int64_t transformer_shards = 2;
 };
@@ -48,7 +49,7 @@ REMAT_API std::string flux_transformer_config_json(const models::FluxConfig& con
 REMAT_API std::string flux_dev_scheduler_config_json();
 
 /// Writes the transformer component: random weights of the preset (seeded), config.json, and the
-/// weights sharded into options.transformer_shards files with an index.
+/// weights sharded (about options.transformer_shards files) with an index.
 REMAT_API void write_demo_transformer(const std::string& component_dir, const DemoPipelineOptions& options);
 /// Writes scheduler/scheduler_config.json.
 REMAT_API void write_demo_scheduler(const std::string& component_dir, const DemoPipelineOptions& options);
