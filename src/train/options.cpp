@@ -108,10 +108,32 @@ std::vector<OptionSpec> build_registry() {
   for (const auto& [name, needs] : flavour_unsupported) flavour.unsupported(name, needs);
   add(std::move(flavour));
   add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind_field(&C::pretrained_model_name_or_path),
-          "Transformer weights: a .safetensors file with diffusers key names")
+          "The model: a diffusers pipeline folder, a transformer folder, or a .safetensors file with "
+          "diffusers key names")
       .nullable()
-      .tooltip("Unset: the transformer is initialised randomly (a warning is logged). remat reads "
-               "a local file; SimpleTuner also accepts a Hugging Face repository name."));
+      .tooltip("A pipeline folder (model_index.json) gives its transformer/ with its config.json; a "
+               "transformer folder holds config.json and diffusion_pytorch_model.safetensors or a "
+               "sharded index; a single .safetensors uses the flavour's shapes. Unset: the "
+               "transformer is initialised randomly (a warning is logged). remat reads local paths; "
+               "SimpleTuner also accepts a Hugging Face repository name. See docs/PIPELINE_FOLDER.md."));
+  add(Opt(kModel, "pretrained_transformer_model_name_or_path", T::Path,
+          bind_field(&C::pretrained_transformer_model_name_or_path),
+          "Take the transformer from this pipeline or transformer folder instead")
+      .nullable()
+      .tooltip("With pretrained_transformer_subfolder naming its subfolder. Unset: the transformer "
+               "comes from pretrained_model_name_or_path."));
+  add(Opt(kModel, "pretrained_transformer_subfolder", T::String, bind_field(&C::pretrained_transformer_subfolder),
+          "The subfolder of pretrained_transformer_model_name_or_path holding the transformer")
+      .nullable()
+      .tooltip("none: the path itself. Unset: the path itself when it holds a config.json, "
+               "otherwise its transformer/ (SimpleTuner's default, transformer).")
+      .default_note("unset (the path itself if it has config.json, else transformer)"));
+  add(Opt(kModel, "pretrained_vae_model_name_or_path", T::Path, bind_field(&C::pretrained_vae_model_name_or_path),
+          "Take the VAE from this pipeline or VAE folder instead")
+      .nullable()
+      .tooltip("A local folder is checked at start (config.json and weights); anything else (a "
+               "Hugging Face repository name) is noted and not read. Training reads VAE latents "
+               "from the latent cache, so the VAE is not loaded."));
   add(Opt(kModel, "pretrained_transformer_config", T::Path, bind_field(&C::pretrained_transformer_config),
           "A transformer config.json (diffusers format) overriding the flavour's shapes")
       .nullable());

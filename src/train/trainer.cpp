@@ -15,6 +15,7 @@
 
 #include "remat/io/safetensors.h"
 #include "remat/models/lora.h"
+#include "remat/train/model_source.h"
 #include "remat/io/files.h"
 #include "remat/train/admission.h"
 #include "remat/train/auto_layout.h"
@@ -154,9 +155,10 @@ void Trainer::setup() {
   TransformerSpec spec;
   spec.family = config_.model_family;
   spec.preset = config_.model_flavour;
-  spec.config_json = config_.pretrained_transformer_config;
-  spec.weights = config_.pretrained_model_name_or_path;
-  if (spec.weights) io::require_regular_file(*spec.weights, "train", "pretrained_model_name_or_path");
+  const ModelSource source = resolve_model_source(config_);
+  spec.config_json = source.config_json;
+  spec.weights = source.weights;
+  hooks_.log("[train] " + source.describe());
   if (!config_.skip_memory_check) {
     ModelUse use;
     use.training = true;

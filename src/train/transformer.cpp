@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
+#include "remat/encoders/pipeline_folder.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/lora.h"
@@ -40,6 +42,12 @@ std::vector<at::Tensor> trainable(const torch::nn::Module& module) {
 
 void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights) {
   if (!weights) return;
+  std::error_code ec;
+  if (std::filesystem::is_directory(*weights, ec)) {
+    // A component folder: one file or shards with an index (remat/encoders/pipeline_folder.h).
+    encoders::load_component(*weights, module);  // strict: names each key and its file
+    return;
+  }
   io::load_state_dict_into(module, *weights);  // strict: names every missing/unexpected key
 }
 

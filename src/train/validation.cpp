@@ -287,7 +287,8 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
       }
     }
   }
-  if (family != nullptr && !config.pretrained_model_name_or_path) {
+  if (family != nullptr && !config.pretrained_model_name_or_path &&
+      !config.pretrained_transformer_model_name_or_path) {
     warn("pretrained_model_name_or_path", "",
          "[train] pretrained_model_name_or_path is not set: the " + config.model_flavour +
              " transformer starts from random weights");

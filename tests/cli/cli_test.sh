@@ -184,6 +184,24 @@ else
   failures=$((failures + 1))
 fi
 
+# 9. A diffusers pipeline folder as the model (docs/PIPELINE_FOLDER.md): make-demo-pipeline, a
+#    2-step run from it; broken folders exit 2 naming the folder, the component or the shard.
+expect 0 "wrote a Flux pipeline folder" -- "$remat" make-demo-pipeline --output "$work/pipe" --transformer_shards 2
+[[ -f "$work/pipe/model_index.json" && -f "$work/pipe/transformer/diffusion_pytorch_model.safetensors.index.json" \
+   && -f "$work/pipe/scheduler/scheduler_config.json" ]] && echo "ok: pipeline folder layout" \
+  || { echo "FAIL: make-demo-pipeline layout: $(ls -R "$work/pipe" | tr '\n' ' ')"; failures=$((failures + 1)); }
+expect_quick 0 "transformer: $work/pipe/transformer (pipeline folder $work/pipe)" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe" --output_dir="$work/pipe-out" --max_train_steps=2
+expect_quick 2 "already holds a model_index.json" -- "$remat" make-demo-pipeline --output "$work/pipe"
+mkdir -p "$work/not-a-pipe"
+expect_quick 2 "pretrained_model_name_or_path '$work/not-a-pipe' is a directory but neither a diffusers pipeline folder" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/not-a-pipe" --output_dir="$work/np-out" --max_train_steps=1
+cp -r "$work/pipe" "$work/pipe-no-transformer" && rm -rf "$work/pipe-no-transformer/transformer"
+expect_quick 2 "pipeline folder '$work/pipe-no-transformer': component 'transformer' needs the directory" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe-no-transformer" --output_dir="$work/nt-out" --max_train_steps=1
+cp -r "$work/pipe" "$work/pipe-no-shard" && rm "$work/pipe-no-shard/transformer/diffusion_pytorch_model-00001-of-"*.safetensors
+expect_quick 2 "to shard 'diffusion_pytorch_model-00001-of-" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe-no-shard" --output_dir="$work/ns-out" --max_train_steps=1
+cp -r "$work/pipe" "$work/pipe-bad-index" && printf '{"_class_name": "FluxPipeline", "transformer": [1, 2]}' > "$work/pipe-bad-index/model_index.json"
+expect_quick 2 "component 'transformer' must be [library, class] (two strings) or [null, null], got [1,2]" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe-bad-index" --output_dir="$work/bi-out" --max_train_steps=1
+expect_quick 2 "the override for component 'transformer' must be a directory" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe" --pretrained_transformer_model_name_or_path="$work/nowhere" --output_dir="$work/ov-out" --max_train_steps=1
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1

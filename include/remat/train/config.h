@@ -81,8 +81,17 @@ struct TrainConfig {
   /// family's default (krea, base); after load_train_config it always holds a current flavour
   /// name of `model_family` (older names such as flux-dev are mapped).
   std::string model_flavour;
-  /// A .safetensors file with the transformer weights. Unset: random initialisation (a warning).
+  /// The transformer weights: a .safetensors file, a diffusers Flux pipeline folder (its
+  /// transformer/, config.json included) or a transformer folder (config.json + weights, possibly
+  /// sharded). Unset: random initialisation (a warning).
   std::optional<std::string> pretrained_model_name_or_path;
+  /// SimpleTuner's per-component sources: the transformer from another pipeline or transformer
+  /// folder (in `pretrained_transformer_subfolder`, "none" for the path itself; unset: the path
+  /// itself when it holds config.json, else its transformer/), and the VAE folder (checked only:
+  /// training reads VAE latents from the cache).
+  std::optional<std::string> pretrained_transformer_model_name_or_path;
+  std::optional<std::string> pretrained_transformer_subfolder;
+  std::optional<std::string> pretrained_vae_model_name_or_path;
   /// Optional diffusers-style transformer config.json overriding the flavour's shapes.
   std::optional<std::string> pretrained_transformer_config;
   /// "full" (train every weight) or "lora". SimpleTuner's default, full (CHANGELOG.md).

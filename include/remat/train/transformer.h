@@ -38,7 +38,7 @@ struct TransformerSpec {
   std::string family;                       ///< a registered family (remat/train/family.h)
   std::string preset;                       ///< a model_flavour of the family (or a models:: preset name); empty: its small one
   std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides preset)
-  std::optional<std::string> weights;       ///< a .safetensors to load strictly
+  std::optional<std::string> weights;       ///< a .safetensors file or a component folder (config.json + weights, possibly sharded) to load strictly
 };
 
 /// One model family behind a common interface.

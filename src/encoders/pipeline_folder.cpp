@@ -1,0 +1,256 @@
+// A diffusers Flux pipeline folder: model_index.json, and where each component's directory is
+// (its own subfolder, or an override) with the files that component needs.
+#include "remat/encoders/pipeline_folder.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/error.h"
+#include "remat/io/bounded_json.h"
+#include "remat/io/files.h"
+
+namespace remat::encoders {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// What FluxPipeline's model_index.json names for each component ([library, classes accepted]),
+// and the file that marks the component's directory as complete. Weight components also need
+// their weights (find_component_weights).
+struct ComponentKind {
+  const char* name;
+  const char* library;
+  std::vector<std::string> classes;
+  const char* marker;
+  bool weights;
+};
+
+const std::vector<ComponentKind>& kinds() {
+  static const std::vector<ComponentKind> table = {
+      {"scheduler", "diffusers", {"FlowMatchEulerDiscreteScheduler"}, "scheduler_config.json", false},
+      {"text_encoder", "transformers", {"CLIPTextModel"}, "config.json", true},
+      {"text_encoder_2", "transformers", {"T5EncoderModel"}, "config.json", true},
+      // The slow and the fast tokenizer classes read the same folder for these two.
+      {"tokenizer", "transformers", {"CLIPTokenizer", "CLIPTokenizerFast"}, "tokenizer_config.json", false},
+      {"tokenizer_2", "transformers", {"T5TokenizerFast", "T5Tokenizer"}, "tokenizer_config.json", false},
+      {"transformer", "diffusers", {"FluxTransformer2DModel"}, "config.json", true},
+      {"vae", "diffusers", {"AutoencoderKL"}, "config.json", true},
+  };
+  return table;
+}
+
+const ComponentKind* kind_of(const std::string& name) {
+  for (const auto& k : kinds()) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+bool is_file(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+bool is_dir(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+Json read_model_index(const std::string& path) {
+  const std::string text = io::read_regular_file(path, io::kMaxJsonFileBytes, "pipeline", "model_index.json");
+  io::check_json_text(text, io::kMaxJsonFileBytes, "[pipeline] '" + path + "'");
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw_value_error("[pipeline] '" + path + "' is not valid JSON: " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+  }
+  if (!j.is_object()) throw_value_error("[pipeline] '" + path + "' must be a JSON object, got " + io::json_excerpt(j));
+  const auto cls = j.find("_class_name");
+  if (cls == j.end() || !cls->is_string() || cls->get<std::string>() != "FluxPipeline") {
+    throw_value_error("[pipeline] '" + path + "': _class_name must be \"FluxPipeline\" (remat reads Flux pipeline "
+                      "folders), got " + (cls == j.end() ? std::string("none") : io::json_excerpt(*cls)));
+  }
+  return j;
+}
+
+// Checks that `dir` holds what component `kind` needs; `what` says where the directory came from.
+void check_component_directory(const ComponentKind& kind, const std::string& dir, const std::string& what) {
+  if (!is_dir(dir)) {
+    throw_value_error("[pipeline] " + what + ": component '" + kind.name + "' needs the directory '" + dir +
+                      "' (with " + kind.marker + (kind.weights ? " and its safetensors weights" : "") +
+                      "), which does not exist");
+  }
+  if (!is_file(fs::path(dir) / kind.marker)) {
+    throw_value_error("[pipeline] " + what + ": component '" + kind.name + "' directory '" + dir + "' has no " +
+                      kind.marker);
+  }
+  if (kind.weights) find_component_weights(dir);  // throws naming the directory
+}
+
+// The directory an override names for `component`.
+std::string override_directory(const std::string& component, const ComponentOverride& o) {
+  if (o.path.empty()) throw_value_error("[pipeline] the override for component '" + component + "' has an empty path");
+  if (!is_dir(o.path)) {
+    throw_value_error("[pipeline] the override for component '" + component + "' must be a directory (a pipeline "
+                      "folder or a '" + component + "' folder), got '" + o.path + "'");
+  }
+  if (o.subfolder) {
+    const std::string sub = *o.subfolder;
+    if (sub.empty() || lower(sub) == "none") return o.path;
+    return (fs::path(o.path) / sub).string();
+  }
+  const ComponentKind* kind = kind_of(component);
+  const char* marker = kind != nullptr ? kind->marker : "config.json";
+  return is_file(fs::path(o.path) / marker) ? o.path : (fs::path(o.path) / component).string();
+}
+
+}  // namespace
+
+const std::vector<std::string>& flux_pipeline_components() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& k : kinds()) out.push_back(k.name);
+    return out;
+  }();
+  return names;
+}
+
+bool is_pipeline_folder(const std::string& dir) { return is_file(fs::path(dir) / "model_index.json"); }
+bool is_component_folder(const std::string& dir) { return is_file(fs::path(dir) / "config.json"); }
+
+PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<std::string>& required_components,
+                                    const std::map<std::string, ComponentOverride>& overrides) {
+  if (!is_dir(root)) throw_value_error("[pipeline] pipeline folder '" + root + "' does not exist or is not a directory");
+  const std::string index_path = (fs::path(root) / "model_index.json").string();
+  if (!is_file(index_path)) {
+    throw_value_error("[pipeline] '" + root + "' is not a diffusers pipeline folder: it has no model_index.json");
+  }
+  for (const auto& name : required_components) {
+    if (kind_of(name) == nullptr) {
+      throw_value_error("[pipeline] unknown component '" + name + "'; a FluxPipeline has " +
+                        join(flux_pipeline_components()));
+    }
+  }
+  for (const auto& [name, o] : overrides) {
+    if (kind_of(name) == nullptr) {
+      throw_value_error("[pipeline] cannot override unknown component '" + name + "'; a FluxPipeline has " +
+                        join(flux_pipeline_components()));
+    }
+  }
+  const Json index = read_model_index(index_path);
+
+  PipelineFolder folder;
+  folder.root = root;
+  if (const auto v = index.find("_diffusers_version"); v != index.end() && v->is_string()) {
+    folder.diffusers_version = v->get<std::string>();
+  }
+  // Every component entry: [library, class] strings, or [null, null] for an absent optional one.
+  std::map<std::string, std::pair<std::string, std::string>> named;
+  for (auto it = index.begin(); it != index.end(); ++it) {
+    if (it.key().empty() || it.key()[0] == '_') continue;
+    const Json& v = *it;
+    const bool pair = v.is_array() && v.size() == 2;
+    if (pair && v[0].is_null() && v[1].is_null()) continue;
+    if (!pair || !v[0].is_string() || !v[1].is_string()) {
+      throw_value_error("[pipeline] '" + index_path + "': component '" + io::text_excerpt(it.key()) +
+                        "' must be [library, class] (two strings) or [null, null], got " + io::json_excerpt(v));
+    }
+    named[it.key()] = {v[0].get<std::string>(), v[1].get<std::string>()};
+  }
+
+  const auto wanted = [&](const std::string& name) {
+    return std::find(required_components.begin(), required_components.end(), name) != required_components.end();
+  };
+  for (const auto& kind : kinds()) {
+    const std::string name = kind.name;
+    const bool required = wanted(name);
+    const auto o = overrides.find(name);
+    PipelineComponent c;
+    c.name = name;
+    if (o != overrides.end()) {
+      c.directory = override_directory(name, o->second);
+      c.overridden = true;
+      check_component_directory(kind, c.directory, "the override for '" + name + "' ('" + o->second.path + "')");
+      if (const auto n = named.find(name); n != named.end()) {
+        c.library = n->second.first;
+        c.class_name = n->second.second;
+      }
+      folder.components[name] = c;
+      continue;
+    }
+    const auto n = named.find(name);
+    if (n == named.end()) {
+      if (required) {
+        throw_value_error("[pipeline] '" + index_path + "' names no component '" + name + "' (expected \"" + name +
+                          "\": [\"" + kind.library + "\", \"" + kind.classes.front() +
+                          "\"]), and no override gives it");
+      }
+      continue;
+    }
+    c.library = n->second.first;
+    c.class_name = n->second.second;
+    c.directory = (fs::path(root) / name).string();
+    if (required) {
+      if (c.library != kind.library ||
+          std::find(kind.classes.begin(), kind.classes.end(), c.class_name) == kind.classes.end()) {
+        throw_value_error("[pipeline] '" + index_path + "': component '" + name + "' is [\"" + c.library + "\", \"" +
+                          c.class_name + "\"], expected [\"" + kind.library + "\", one of " + join(kind.classes) +
+                          "]");
+      }
+      check_component_directory(kind, c.directory, "pipeline folder '" + root + "'");
+    } else if (!is_dir(c.directory)) {
+      continue;  // named but not downloaded, and not needed
+    }
+    folder.components[name] = c;
+  }
+  return folder;
+}
+
+const std::string& PipelineFolder::directory(const std::string& name) const {
+  const auto it = components.find(name);
+  if (it == components.end()) {
+    throw_value_error("[pipeline] pipeline folder '" + root + "' has no resolved component '" + name + "'");
+  }
+  return it->second.directory;
+}
+
+std::string resolve_component_directory(const std::string& path, const std::string& component,
+                                        const std::optional<ComponentOverride>& override) {
+  std::map<std::string, ComponentOverride> overrides;
+  if (override) overrides[component] = *override;
+  if (is_pipeline_folder(path)) return PipelineFolder::open(path, {component}, overrides).directory(component);
+  const ComponentKind* kind = kind_of(component);
+  if (kind == nullptr) {
+    throw_value_error("[pipeline] unknown component '" + component + "'; a FluxPipeline has " +
+                      join(flux_pipeline_components()));
+  }
+  if (override) {
+    const std::string dir = override_directory(component, *override);
+    check_component_directory(*kind, dir, "the override for '" + component + "' ('" + override->path + "')");
+    return dir;
+  }
+  if (is_dir(path) && is_file(fs::path(path) / kind->marker)) {
+    check_component_directory(*kind, path, "'" + component + "' folder");
+    return path;
+  }
+  throw_value_error("[pipeline] '" + path + "' is neither a diffusers pipeline folder (model_index.json) nor a '" +
+                    component + "' folder (" + kind->marker + (kind->weights ? " and safetensors weights" : "") + ")");
+}
+
+}  // namespace remat::encoders
