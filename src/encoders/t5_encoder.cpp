@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/ScalarTypeToTypeMeta.h>
 #include <c10/util/Exception.h>
 #include <torch/nn/init.h>
 #include <torch/types.h>
@@ -240,6 +242,22 @@ std::string file_list(const std::vector<io::SafetensorsFile>& files) {
   return out.empty() ? "(no files)" : out;
 }
 
+// Builds modules directly in `dtype` (LibTorch creates parameters in the default dtype): an XXL
+// encoder built in fp32 and then converted would briefly need 19 GB for a 9.5 GB bf16 model.
+// The default dtype is process-wide, so this must not overlap module construction elsewhere.
+class DefaultDtypeGuard {
+ public:
+  explicit DefaultDtypeGuard(at::ScalarType dtype) : saved_(c10::get_default_dtype()) {
+    c10::set_default_dtype(c10::scalarTypeToTypeMeta(dtype));
+  }
+  ~DefaultDtypeGuard() { c10::set_default_dtype(saved_); }
+  DefaultDtypeGuard(const DefaultDtypeGuard&) = delete;
+  DefaultDtypeGuard& operator=(const DefaultDtypeGuard&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
+
 bool is_ignored_key(const std::string& key) {
   // A full T5 checkpoint (T5ForConditionalGeneration) also holds the decoder and the LM head;
   // T5EncoderModel ignores them on load (_keys_to_ignore_on_load_unexpected = [r"decoder"]).
@@ -262,8 +280,11 @@ T5EncoderModel load_t5_encoder(const std::vector<io::SafetensorsFile>& files, co
     has_shared = has_shared || f.contains(kShared);
     has_embed_tokens = has_embed_tokens || f.contains(kEmbedTokens);
   }
-  T5EncoderModel model(config);
-  model->to(dtype);
+  T5EncoderModel model{nullptr};
+  {
+    DefaultDtypeGuard guard(dtype);
+    model = T5EncoderModel(config);
+  }
   if (dtype == at::kHalf) {
     // transformers' _keep_in_fp32_modules = ["wo"] applies when loading in fp16 (T5 v1.1's FF
     // output overflows fp16); not in bf16, which has fp32's range.

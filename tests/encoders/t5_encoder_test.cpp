@@ -424,6 +424,8 @@ TEST_F(T5EncoderTest, Bfloat16RunsInBfloat16AndFp16KeepsWoInFloat32) {
 
   auto bf16 = remat::encoders::load_t5_encoder({file}, T5Config::tiny(), at::kBFloat16);
   for (const auto& p : bf16->parameters()) EXPECT_EQ(p.scalar_type(), at::kBFloat16);
+  // Built in bf16 directly; the process's default dtype is restored afterwards.
+  EXPECT_EQ(torch::empty({1}).scalar_type(), at::kFloat);
   const auto out_bf16 = bf16->forward(ids);
   EXPECT_EQ(out_bf16.scalar_type(), at::kBFloat16);
   // Against float64 on the same (bf16-rounded) weights: only activation rounding remains. The

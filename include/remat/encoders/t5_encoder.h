@@ -145,7 +145,10 @@ TORCH_MODULE(T5EncoderModel);
 /// `encoder.embed_tokens.weight` (the same tensor upstream); when both are present
 /// `shared.weight` is used. For fp16, the `wo` weights stay fp32 as transformers'
 /// `_keep_in_fp32_modules = ["wo"]` keeps them (bf16 and fp32: every tensor in `dtype`).
-/// Errors (remat::throw_value_error, "[t5] ...") name the files and the offending keys.
+/// The model is built directly in `dtype` (no fp32 copy of the weights is ever held; LibTorch's
+/// default dtype is switched while the modules are constructed, so do not construct modules on
+/// other threads meanwhile). Errors (remat::throw_value_error, "[t5] ...") name the files and the
+/// offending keys.
 REMAT_API T5EncoderModel load_t5_encoder(const std::vector<io::SafetensorsFile>& files,
                                          const T5Config& config, at::ScalarType dtype);
 
