@@ -1,0 +1,212 @@
+#include "remat/encoders/t5_config.h"
+
+#include <nlohmann/json.hpp>
+
+#include "config_json.h"
+#include <c10/util/Exception.h>
+
+#include "remat/error.h"
+
+// The fields and defaults of transformers' models/t5/configuration_t5.py (T5Config).
+
+namespace remat::encoders {
+namespace {
+
+constexpr const char* kComponent = "t5";
+
+void read_number(const nlohmann::json& j, const char* key, double& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_number()) {
+    throw_value_error(std::string("[t5] config key '") + key + "' must be a number, got " +
+                      io::json_excerpt(*it));
+  }
+  out = it->get<double>();
+}
+
+bool read_string(const nlohmann::json& j, const char* key, std::string& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return false;
+  if (!it->is_string()) {
+    throw_value_error(std::string("[t5] config key '") + key + "' must be a string, got " +
+                      io::json_excerpt(*it));
+  }
+  out = it->get<std::string>();
+  return true;
+}
+
+void check_positive(int64_t value, const char* key) {
+  if (value <= 0) {
+    throw_value_error(std::string("[t5] ") + key + " must be a positive integer, got " +
+                      std::to_string(value));
+  }
+}
+
+}  // namespace
+
+void T5Config::derive_activation() {
+  // transformers: split on '-'; "ACT" or "gated-ACT"; "gated-gelu" means gelu_new.
+  const auto dash = feed_forward_proj.find('-');
+  std::string act = feed_forward_proj;
+  bool gated = false;
+  if (dash != std::string::npos) {
+    gated = feed_forward_proj.substr(0, dash) == "gated";
+    act = feed_forward_proj.substr(dash + 1);
+  }
+  const bool valid_form = dash == std::string::npos || (gated && act.find('-') == std::string::npos);
+  const bool known = act == "relu" || act == "gelu" || act == "gelu_new";
+  if (!valid_form || !known) {
+    throw_value_error("[t5] feed_forward_proj '" + feed_forward_proj +
+                      "' is not supported; valid: relu, gelu, gelu_new, gated-relu, gated-gelu "
+                      "(= gated gelu_new, T5 v1.1), gated-gelu_new");
+  }
+  dense_act_fn = feed_forward_proj == "gated-gelu" ? "gelu_new" : act;
+  is_gated_act = gated;
+}
+
+void T5Config::validate() const {
+  check_positive(vocab_size, "vocab_size");
+  check_positive(d_model, "d_model");
+  check_positive(d_kv, "d_kv");
+  check_positive(d_ff, "d_ff");
+  check_positive(num_layers, "num_layers");
+  check_positive(num_heads, "num_heads");
+  if (relative_attention_num_buckets < 4) {
+    throw_value_error("[t5] relative_attention_num_buckets must be at least 4 (the encoder splits "
+                      "them by direction, then into exact and log-spaced halves), got " +
+                      std::to_string(relative_attention_num_buckets));
+  }
+  if (relative_attention_max_distance <= relative_attention_num_buckets / 4) {
+    throw_value_error("[t5] relative_attention_max_distance must exceed relative_attention_num_buckets"
+                      " / 4 = " + std::to_string(relative_attention_num_buckets / 4) + ", got " +
+                      std::to_string(relative_attention_max_distance));
+  }
+  if (!(layer_norm_epsilon > 0.0)) {
+    throw_value_error("[t5] layer_norm_epsilon must be > 0, got " + std::to_string(layer_norm_epsilon));
+  }
+  if (dense_act_fn != "relu" && dense_act_fn != "gelu" && dense_act_fn != "gelu_new") {
+    throw_value_error("[t5] dense_act_fn '" + dense_act_fn + "' is not supported; valid: relu, gelu, gelu_new");
+  }
+}
+
+T5Config T5Config::from_json_text(const std::string& json, const std::string& source) {
+  // Every message below starts with "[t5] "; the source (the file) goes right after the tag.
+  try {
+    const auto j = remat::detail::parse_config_json(json, kComponent);
+    T5Config c;
+    auto read_int = [&](const char* key, int64_t& out) {
+      remat::detail::read_int(j, key, out, kComponent);
+    };
+    read_int("vocab_size", c.vocab_size);
+    read_int("d_model", c.d_model);
+    read_int("d_kv", c.d_kv);
+    read_int("d_ff", c.d_ff);
+    read_int("num_layers", c.num_layers);
+    c.num_decoder_layers = c.num_layers;  // upstream's default: symmetry
+    read_int("num_decoder_layers", c.num_decoder_layers);
+    read_int("num_heads", c.num_heads);
+    read_int("relative_attention_num_buckets", c.relative_attention_num_buckets);
+    read_int("relative_attention_max_distance", c.relative_attention_max_distance);
+    read_int("pad_token_id", c.pad_token_id);
+    read_int("eos_token_id", c.eos_token_id);
+    read_number(j, "layer_norm_epsilon", c.layer_norm_epsilon);
+    read_number(j, "dropout_rate", c.dropout_rate);
+    read_string(j, "feed_forward_proj", c.feed_forward_proj);
+    c.derive_activation();
+    // Explicit keys override the derived values, as PretrainedConfig's leftover kwargs do.
+    read_string(j, "dense_act_fn", c.dense_act_fn);
+    remat::detail::read_bool(j, "is_gated_act", c.is_gated_act, kComponent);
+    c.validate();
+    return c;
+  } catch (const c10::ValueError& e) {
+    std::string message = e.what_without_backtrace();
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    const std::string tag = "[t5] ";
+    if (message.rfind(tag, 0) == 0) message = message.substr(tag.size());
+    throw_value_error(tag + source + ": " + message);
+  }
+}
+
+T5Config T5Config::from_file(const std::string& path) {
+  return from_json_text(remat::detail::read_text_file(path, kComponent), "'" + path + "'");
+}
+
+std::string T5Config::to_json() const {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"T5EncoderModel"};
+  j["d_ff"] = d_ff;
+  j["d_kv"] = d_kv;
+  j["d_model"] = d_model;
+  j["decoder_start_token_id"] = 0;
+  j["dense_act_fn"] = dense_act_fn;
+  j["dropout_rate"] = dropout_rate;
+  j["eos_token_id"] = eos_token_id;
+  j["feed_forward_proj"] = feed_forward_proj;
+  j["initializer_factor"] = 1.0;
+  j["is_encoder_decoder"] = true;
+  j["is_gated_act"] = is_gated_act;
+  j["layer_norm_epsilon"] = layer_norm_epsilon;
+  j["model_type"] = "t5";
+  j["num_decoder_layers"] = num_decoder_layers;
+  j["num_heads"] = num_heads;
+  j["num_layers"] = num_layers;
+  j["pad_token_id"] = pad_token_id;
+  j["relative_attention_max_distance"] = relative_attention_max_distance;
+  j["relative_attention_num_buckets"] = relative_attention_num_buckets;
+  j["tie_word_embeddings"] = false;
+  j["use_cache"] = true;
+  j["vocab_size"] = vocab_size;
+  return j.dump(2) + "\n";
+}
+
+T5Config T5Config::t5_v1_1_xxl() {
+  T5Config c;
+  c.vocab_size = 32128;
+  c.d_model = 4096;
+  c.d_kv = 64;
+  c.d_ff = 10240;
+  c.num_layers = 24;
+  c.num_decoder_layers = 24;
+  c.num_heads = 64;
+  c.relative_attention_num_buckets = 32;
+  c.relative_attention_max_distance = 128;
+  c.layer_norm_epsilon = 1e-6;
+  c.feed_forward_proj = "gated-gelu";
+  c.derive_activation();
+  return c;
+}
+
+T5Config T5Config::tiny() {
+  T5Config c = t5_v1_1_xxl();
+  c.vocab_size = 216;
+  c.d_model = 32;
+  c.d_kv = 8;
+  c.d_ff = 64;
+  c.num_layers = 2;
+  c.num_decoder_layers = 2;
+  c.num_heads = 4;
+  return c;
+}
+
+bool operator==(const T5Config& a, const T5Config& b) {
+  return a.vocab_size == b.vocab_size && a.d_model == b.d_model && a.d_kv == b.d_kv &&
+         a.d_ff == b.d_ff && a.num_layers == b.num_layers &&
+         a.num_decoder_layers == b.num_decoder_layers && a.num_heads == b.num_heads &&
+         a.relative_attention_num_buckets == b.relative_attention_num_buckets &&
+         a.relative_attention_max_distance == b.relative_attention_max_distance &&
+         a.layer_norm_epsilon == b.layer_norm_epsilon && a.dropout_rate == b.dropout_rate &&
+         a.feed_forward_proj == b.feed_forward_proj && a.dense_act_fn == b.dense_act_fn &&
+         a.is_gated_act == b.is_gated_act && a.pad_token_id == b.pad_token_id &&
+         a.eos_token_id == b.eos_token_id;
+}
+
+int64_t parameter_count(const T5Config& config) {
+  config.validate();
+  const int64_t D = config.d_model, F = config.d_ff, inner = config.inner_dim();
+  const int64_t ff = (config.is_gated_act ? 3 : 2) * D * F;
+  const int64_t block = 4 * D * inner + ff + 2 * D;
+  return config.vocab_size * D + config.num_layers * block +
+         config.relative_attention_num_buckets * config.num_heads + D;
+}
+
+}  // namespace remat::encoders

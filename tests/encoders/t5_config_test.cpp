@@ -1,0 +1,123 @@
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "remat/encoders/t5_config.h"
+#include "value_error.h"
+
+namespace {
+
+using remat::encoders::T5Config;
+// The bad-input message without the line end c10::Error appends.
+template <class Fn>
+std::string error_text(Fn&& fn) {
+  std::string m = remat::testing::error_of(std::forward<Fn>(fn));
+  while (!m.empty() && m.back() == '\n') m.pop_back();
+  return m;
+}
+using remat::testing::error_of;
+
+TEST(T5Config, XxlMatchesFluxTextEncoder2) {
+  const T5Config c = T5Config::t5_v1_1_xxl();
+  EXPECT_EQ(c.vocab_size, 32128);
+  EXPECT_EQ(c.d_model, 4096);
+  EXPECT_EQ(c.d_kv, 64);
+  EXPECT_EQ(c.num_heads, 64);
+  EXPECT_EQ(c.d_ff, 10240);
+  EXPECT_EQ(c.num_layers, 24);
+  EXPECT_EQ(c.relative_attention_num_buckets, 32);
+  EXPECT_EQ(c.relative_attention_max_distance, 128);
+  EXPECT_DOUBLE_EQ(c.layer_norm_epsilon, 1e-6);
+  EXPECT_EQ(c.dense_act_fn, "gelu_new");
+  EXPECT_TRUE(c.is_gated_act);
+}
+
+// The published size of google/t5-v1_1-xxl's encoder as Flux ships it: its safetensors index
+// lists total_size 9,524,621,312 bytes of bf16, i.e. 4,762,310,656 parameters. Recomputed here
+// term by term from the key list (ENCODERS.md §3.2), independently of parameter_count's formula.
+TEST(T5Config, XxlParameterCountIsThePublishedOne) {
+  const int64_t V = 32128, D = 4096, inner = 64 * 64, F = 10240, L = 24;
+  const int64_t per_block = 3 * inner * D /*q,k,v*/ + D * inner /*o*/ + D /*norm*/ +
+                            2 * F * D /*wi_0, wi_1*/ + D * F /*wo*/ + D /*norm*/;
+  const int64_t by_keys = V * D + L * per_block + 32 * 64 /*bias table*/ + D /*final norm*/;
+  EXPECT_EQ(by_keys, 4762310656);
+  EXPECT_EQ(parameter_count(T5Config::t5_v1_1_xxl()), 4762310656);
+  EXPECT_EQ(2 * parameter_count(T5Config::t5_v1_1_xxl()), 9524621312);  // bf16 bytes
+  EXPECT_EQ(parameter_count(T5Config::tiny()), 27680);
+}
+
+TEST(T5Config, ReadsTransformersConfigJson) {
+  // The shape of a transformers config.json of T5 v1.1 XXL (labels included).
+  const std::string json = R"({
+    "_name_or_path": "google/t5-v1_1-xxl", "architectures": ["T5EncoderModel"],
+    "classifier_dropout": 0.0, "d_ff": 10240, "d_kv": 64, "d_model": 4096,
+    "decoder_start_token_id": 0, "dense_act_fn": "gelu_new", "dropout_rate": 0.1,
+    "eos_token_id": 1, "feed_forward_proj": "gated-gelu", "initializer_factor": 1.0,
+    "is_encoder_decoder": true, "is_gated_act": true, "layer_norm_epsilon": 1e-06,
+    "model_type": "t5", "num_decoder_layers": 24, "num_heads": 64, "num_layers": 24,
+    "output_past": true, "pad_token_id": 0, "relative_attention_max_distance": 128,
+    "relative_attention_num_buckets": 32, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.3", "use_cache": true,
+    "vocab_size": 32128})";
+  EXPECT_EQ(T5Config::from_json_text(json), T5Config::t5_v1_1_xxl());
+}
+
+TEST(T5Config, FeedForwardProjDerivesTheActivation) {
+  auto parse = [](const std::string& proj) {
+    return T5Config::from_json_text(R"({"feed_forward_proj": ")" + proj + R"("})");
+  };
+  EXPECT_EQ(parse("relu").dense_act_fn, "relu");
+  EXPECT_FALSE(parse("relu").is_gated_act);
+  EXPECT_EQ(parse("gated-gelu").dense_act_fn, "gelu_new");  // upstream's compatibility rule
+  EXPECT_TRUE(parse("gated-gelu").is_gated_act);
+  EXPECT_EQ(parse("gated-gelu_new").dense_act_fn, "gelu_new");
+  EXPECT_EQ(parse("gelu").dense_act_fn, "gelu");
+  EXPECT_FALSE(parse("gelu").is_gated_act);
+  // Explicit keys override the derived values, as in transformers.
+  const T5Config c = T5Config::from_json_text(R"({"feed_forward_proj": "gated-gelu", "dense_act_fn": "relu"})");
+  EXPECT_EQ(c.dense_act_fn, "relu");
+  EXPECT_TRUE(c.is_gated_act);
+  EXPECT_EQ(T5Config::from_json_text("{}").feed_forward_proj, "relu");  // transformers' default
+}
+
+TEST(T5Config, RoundTripsThroughToJson) {
+  for (const T5Config& c : {T5Config::t5_v1_1_xxl(), T5Config::tiny()}) {
+    const std::string text = c.to_json();
+    EXPECT_NE(text.find(R"("architectures": [)"), std::string::npos) << text;
+    EXPECT_NE(text.find(R"("T5EncoderModel")"), std::string::npos) << text;
+    EXPECT_NE(text.find(R"("model_type": "t5")"), std::string::npos) << text;
+    EXPECT_EQ(T5Config::from_json_text(text), c);
+  }
+}
+
+TEST(T5Config, FromFileNamesTheFileInErrors) {
+  const std::string path = ::testing::TempDir() + "t5_config_test_config.json";
+  std::ofstream(path) << R"({"d_model": 64, "feed_forward_proj": "gated-swish"})";
+  EXPECT_EQ(error_text([&] { T5Config::from_file(path); }),
+            "[t5] '" + path + "': feed_forward_proj 'gated-swish' is not supported; valid: relu, "
+            "gelu, gelu_new, gated-relu, gated-gelu (= gated gelu_new, T5 v1.1), gated-gelu_new");
+  std::ofstream(path) << R"({"d_model": 64, "feed_forward_proj": "gated-gelu"})";
+  EXPECT_EQ(T5Config::from_file(path).d_model, 64);
+  std::remove(path.c_str());
+  EXPECT_NE(error_of([&] { T5Config::from_file(path); }).find(path), std::string::npos);
+}
+
+TEST(T5Config, RejectsBadValuesNamingTheKey) {
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"feed_forward_proj": "relu-gated"})", "cfg.json"); }),
+            "[t5] cfg.json: feed_forward_proj 'relu-gated' is not supported; valid: relu, gelu, "
+            "gelu_new, gated-relu, gated-gelu (= gated gelu_new, T5 v1.1), gated-gelu_new");
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"d_model": "wide"})", "cfg.json"); }),
+            "[t5] cfg.json: config key 'd_model' must be an integer (64-bit), got \"wide\"");
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"num_heads": 0})", "cfg.json"); }),
+            "[t5] cfg.json: num_heads must be a positive integer, got 0");
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"layer_norm_epsilon": "small"})", "cfg.json"); }),
+            "[t5] cfg.json: config key 'layer_norm_epsilon' must be a number, got \"small\"");
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"dense_act_fn": "swish"})", "cfg.json"); }),
+            "[t5] cfg.json: dense_act_fn 'swish' is not supported; valid: relu, gelu, gelu_new");
+  EXPECT_NE(error_of([] { T5Config::from_json_text("[1, 2]", "cfg.json"); }).find("must be an object"),
+            std::string::npos);
+}
+
+}  // namespace
