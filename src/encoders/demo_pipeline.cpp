@@ -99,12 +99,12 @@ std::vector<DemoComponentWriter> demo_pipeline_components() {
   return {
       {"scheduler", "diffusers", "FlowMatchEulerDiscreteScheduler", write_demo_scheduler},
       {"transformer", "diffusers", "FluxTransformer2DModel", write_demo_transformer},
-      // Extension points, one row each when the modules exist:
-      //   {"vae", "diffusers", "AutoencoderKL", ...}: AutoencoderKLConfig::tiny().to_json() + the module
-      //   {"text_encoder", "transformers", "CLIPTextModel", ...}: ClipTextConfig::tiny()
-      //   {"text_encoder_2", "transformers", "T5EncoderModel", ...}: T5Config::tiny()
-      //   {"tokenizer", "transformers", "CLIPTokenizer", ...}: write_tiny_clip_tokenizer(dir)
-      //   {"tokenizer_2", "transformers", "T5TokenizerFast", ...}: train_tiny_spiece_model(path)
+      {"vae", "diffusers", "AutoencoderKL", write_demo_vae},
+      {"tokenizer", "transformers", "CLIPTokenizer", write_demo_tokenizer},
+      {"text_encoder", "transformers", "CLIPTextModel", write_demo_text_encoder},
+      // tokenizer_2 before text_encoder_2: T5's embedding is sized to the trained tokenizer.
+      {"tokenizer_2", "transformers", "T5TokenizerFast", write_demo_tokenizer_2},
+      {"text_encoder_2", "transformers", "T5EncoderModel", write_demo_text_encoder_2},
   };
 }
 

@@ -1,5 +1,6 @@
 // `remat make-demo-pipeline`: writes a tiny diffusers Flux pipeline folder (random weights) to
-// try `remat train --pretrained_model_name_or_path <folder>` without the published model.
+// try `remat encode` and `remat train --pretrained_model_name_or_path <folder>` without the
+// published model.
 #include <iostream>
 
 #include "command.h"
@@ -11,8 +12,9 @@ namespace remat::cli {
 namespace {
 
 int run_make_demo_pipeline(const std::vector<std::string>& args) {
-  CLI::App app{"Write a tiny diffusers Flux pipeline folder (model_index.json, a sharded transformer with "
-               "random weights, the scheduler config).",
+  CLI::App app{"Write a tiny diffusers Flux pipeline folder: model_index.json, a sharded transformer, VAE, "
+               "CLIP and T5 text encoders with random weights, their tokenizers (a small CLIP vocabulary, "
+               "a trained SentencePiece model) and the scheduler config.",
                "remat make-demo-pipeline"};
   std::string output;
   encoders::DemoPipelineOptions options;

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "remat/encoders/autoencoder_kl_config.h"
+#include "remat/encoders/clip_text_model.h"
+#include "remat/encoders/t5_config.h"
 #include "remat/export.h"
 #include "remat/models/flux.h"
 
@@ -36,8 +39,7 @@ struct DemoComponentWriter {
   std::function<void(const std::string& component_dir, const DemoPipelineOptions& options)> write;
 };
 
-/// The components the demo folder has, in writing order. New components (vae, text_encoder,
-/// text_encoder_2, tokenizer, tokenizer_2) are added here as their modules arrive.
+/// The components the demo folder has, in writing order: every component of a FluxPipeline.
 REMAT_API std::vector<DemoComponentWriter> demo_pipeline_components();
 
 /// diffusers' transformer/config.json for `config` (`_class_name` FluxTransformer2DModel and every
@@ -53,6 +55,23 @@ REMAT_API std::string flux_dev_scheduler_config_json();
 REMAT_API void write_demo_transformer(const std::string& component_dir, const DemoPipelineOptions& options);
 /// Writes scheduler/scheduler_config.json.
 REMAT_API void write_demo_scheduler(const std::string& component_dir, const DemoPipelineOptions& options);
+
+/// The demo encoders' configurations, shaped to fit `transformer`: the VAE's latent channels are
+/// in_channels / 4 (Flux packs 2 x 2 latent patches), CLIP's width is pooled_projection_dim and
+/// T5's d_model is joint_attention_dim, so encoded pictures and captions train the transformer.
+/// T5's vocabulary is the tokenizer's (pieces + 100 extra ids).
+REMAT_API AutoencoderKLConfig demo_vae_config(const models::FluxConfig& transformer);
+REMAT_API ClipTextConfig demo_clip_config(const models::FluxConfig& transformer);
+REMAT_API T5Config demo_t5_config(const models::FluxConfig& transformer, int64_t tokenizer_vocab_size);
+
+/// The encoder components (random weights, seeded per component) and their tokenizers: a tiny
+/// CLIP vocabulary and merges (write_tiny_clip_tokenizer) and a SentencePiece model trained with
+/// Debian's library (train_tiny_spiece_model). text_encoder_2 reads tokenizer_2, written first.
+REMAT_API void write_demo_vae(const std::string& component_dir, const DemoPipelineOptions& options);
+REMAT_API void write_demo_text_encoder(const std::string& component_dir, const DemoPipelineOptions& options);
+REMAT_API void write_demo_text_encoder_2(const std::string& component_dir, const DemoPipelineOptions& options);
+REMAT_API void write_demo_tokenizer(const std::string& component_dir, const DemoPipelineOptions& options);
+REMAT_API void write_demo_tokenizer_2(const std::string& component_dir, const DemoPipelineOptions& options);
 
 /// Writes the whole folder: each component of demo_pipeline_components(), then model_index.json
 /// (last, so a folder with a model_index.json is complete). `root` must not already hold a

@@ -1,0 +1,150 @@
+#include "remat/encoders/flux_encoders.h"
+
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "remat/error.h"
+
+namespace remat::encoders {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string file_in(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+template <class Module>
+LoadedComponent describe(const std::string& name, const std::string& dir, const Module& module) {
+  LoadedComponent loaded{name, dir};
+  for (const auto& p : module->parameters()) {
+    loaded.parameters += p.numel();
+    loaded.bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  }
+  return loaded;
+}
+
+at::Tensor ids_tensor(const std::vector<int64_t>& ids) {
+  return torch::tensor(ids, torch::kLong).unsqueeze(0);
+}
+
+}  // namespace
+
+std::vector<std::string> flux_encoder_components(const FluxEncodersOptions& options) {
+  std::vector<std::string> names;
+  if (options.load_text) names = {"text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"};
+  if (options.load_vae) names.push_back("vae");
+  return names;
+}
+
+FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncodersOptions& options) {
+  if (options.dtype != at::kFloat && options.dtype != at::kBFloat16) {
+    throw_value_error(std::string("[pipeline] encoder dtype must be float32 or bfloat16, got ") +
+                      c10::toString(options.dtype));
+  }
+  if (options.max_sequence_length < 1 || options.max_sequence_length > 4096) {
+    throw_value_error("[pipeline] max_sequence_length (tokenizer_max_length) must be in [1, 4096], got " +
+                      std::to_string(options.max_sequence_length));
+  }
+  FluxEncoders encoders;
+  encoders.options_ = options;
+  if (options.load_vae) {
+    const auto& dir = folder.directory("vae");
+    const auto config = AutoencoderKLConfig::from_file(file_in(dir, "config.json"));
+    open_component_weights(dir);  // the index and its shards agree before anything is built
+    encoders.vae_ = load_autoencoder_kl(find_component_weights(dir).files, config, options.dtype);
+    encoders.vae_->eval();
+    encoders.loaded_.push_back(describe("vae", dir, encoders.vae_));
+  }
+  if (options.load_text) {
+    const auto& clip_dir = folder.directory("text_encoder");
+    const auto clip_config = ClipTextConfig::from_file(file_in(clip_dir, "config.json"));
+    open_component_weights(clip_dir);
+    encoders.clip_ = load_clip_text_model(find_component_weights(clip_dir).files, clip_config, options.dtype);
+    encoders.clip_->eval();
+    encoders.loaded_.push_back(describe("text_encoder", clip_dir, encoders.clip_));
+
+    const auto& t5_dir = folder.directory("text_encoder_2");
+    const auto t5_config = T5Config::from_file(file_in(t5_dir, "config.json"));
+    encoders.t5_ = load_t5_encoder(open_component_weights(t5_dir), t5_config, options.dtype);
+    encoders.t5_->eval();
+    encoders.loaded_.push_back(describe("text_encoder_2", t5_dir, encoders.t5_));
+
+    encoders.clip_tokenizer_ = ClipTokenizer::from_directory(folder.directory("tokenizer"));
+    encoders.t5_tokenizer_ = T5Tokenizer::from_file(file_in(folder.directory("tokenizer_2"), "spiece.model"));
+    // A tokenizer whose ids the encoder cannot embed would fail deep inside the first forward.
+    if (encoders.clip_tokenizer_->vocab_size() > clip_config.vocab_size) {
+      throw_value_error("[pipeline] tokenizer/ has " + std::to_string(encoders.clip_tokenizer_->vocab_size()) +
+                        " tokens but text_encoder/config.json's vocab_size is " +
+                        std::to_string(clip_config.vocab_size) + "; the two come from different models");
+    }
+    if (encoders.t5_tokenizer_->vocab_size() > t5_config.vocab_size) {
+      throw_value_error("[pipeline] tokenizer_2/spiece.model has " +
+                        std::to_string(encoders.t5_tokenizer_->vocab_size()) +
+                        " tokens (with T5's 100 extra ids) but text_encoder_2/config.json's vocab_size is " +
+                        std::to_string(t5_config.vocab_size) + "; the two come from different models");
+    }
+  }
+  return encoders;
+}
+
+FluxPromptEmbeddings FluxEncoders::encode_prompt(const std::string& caption) {
+  if (!has_text()) throw_value_error("[pipeline] encode_prompt needs the text encoders, which were not loaded");
+  const auto clip_tokens = clip_tokenizer_->encode(caption, clip_->config().max_position_embeddings);
+  const auto t5_tokens = t5_tokenizer_->encode(caption, options_.max_sequence_length);
+  FluxPromptEmbeddings out;
+  out.clip_ids = clip_tokens.ids;
+  out.t5_ids = t5_tokens.ids;
+  for (auto m : clip_tokens.attention_mask) out.clip_content_tokens += m;
+  for (auto m : t5_tokens.attention_mask) out.t5_content_tokens += m;
+  out.clip_content_tokens -= 2;  // bos, eos
+  out.t5_content_tokens -= 1;    // </s>
+  if (!clip_tokens.removed_text.empty()) out.warnings.push_back(clip_tokens.truncation_message());
+  if (!t5_tokens.removed_text.empty()) {
+    out.warnings.push_back(t5_truncation_warning(options_.max_sequence_length, t5_tokens.removed_text));
+  }
+  torch::NoGradGuard no_grad;
+  out.pooled_prompt_embeds = clip_->forward(ids_tensor(clip_tokens.ids)).pooled_output.squeeze(0).contiguous();
+  out.prompt_embeds = t5_->forward(ids_tensor(t5_tokens.ids)).squeeze(0).contiguous();
+  return out;
+}
+
+int64_t FluxEncoders::vae_scale_factor() const {
+  if (!has_vae()) throw_value_error("[pipeline] the VAE was not loaded");
+  return int64_t{1} << (vae_->config().block_out_channels.size() - 1);
+}
+
+AutoencoderKL& FluxEncoders::vae() {
+  if (!has_vae()) throw_value_error("[pipeline] the VAE was not loaded");
+  return vae_;
+}
+
+at::Tensor FluxEncoders::encode_image(const at::Tensor& vae_input, c10::optional<at::Generator> generator) {
+  const int64_t factor = vae_scale_factor();
+  if (vae_input.dim() != 4 || vae_input.size(0) != 1 || vae_input.size(1) != vae_->config().in_channels) {
+    throw_value_error("[pipeline] encode_image takes one image (1, " + std::to_string(vae_->config().in_channels) +
+                      ", H, W), got " + c10::str(vae_input.sizes()));
+  }
+  const int64_t multiple = 2 * factor;
+  if (vae_input.size(2) % multiple != 0 || vae_input.size(3) % multiple != 0) {
+    throw_value_error("[pipeline] image height and width must be multiples of " + std::to_string(multiple) +
+                      " (the VAE's " + std::to_string(factor) + "x downscale times Flux's 2 x 2 patches), got " +
+                      std::to_string(vae_input.size(3)) + " x " + std::to_string(vae_input.size(2)));
+  }
+  torch::NoGradGuard no_grad;
+  const auto posterior = vae_->encode(vae_input.to(options_.dtype));
+  const auto z = generator ? posterior.sample(generator) : posterior.mode();
+  return vae_->to_transformer_latents(z).to(at::kFloat).squeeze(0).contiguous();
+}
+
+at::Tensor FluxEncoders::decode_latents(const at::Tensor& latents) {
+  if (!has_vae()) throw_value_error("[pipeline] the VAE was not loaded");
+  if (latents.dim() != 3 || latents.size(0) != vae_->config().latent_channels) {
+    throw_value_error("[pipeline] decode_latents takes latents (" + std::to_string(vae_->config().latent_channels) +
+                      ", h, w), got " + c10::str(latents.sizes()));
+  }
+  torch::NoGradGuard no_grad;
+  const auto z = vae_->from_transformer_latents(latents.unsqueeze(0).to(options_.dtype));
+  return vae_->decode(z).to(at::kFloat);
+}
+
+}  // namespace remat::encoders
