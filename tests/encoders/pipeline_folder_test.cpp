@@ -346,11 +346,17 @@ std::string demo(const TempDir& tmp, const std::string& name = "pipe") {
 TEST(PipelineFolder, DemoFolderOpensWithItsComponents) {
   TempDir tmp;
   const std::string root = demo(tmp);
-  const PipelineFolder folder = PipelineFolder::open(root, {"transformer", "scheduler"});
-  EXPECT_EQ(folder.directory("transformer"), root + "/transformer");
-  EXPECT_EQ(folder.directory("scheduler"), root + "/scheduler");
-  EXPECT_EQ(folder.components.at("transformer").class_name, "FluxTransformer2DModel");
-  EXPECT_EQ(folder.components.count("vae"), 0u);  // [null, null] in the demo folder
+  // Every component of a FluxPipeline, each with its config and weights or tokenizer files.
+  const PipelineFolder folder = PipelineFolder::open(root, flux_pipeline_components());
+  const std::map<std::string, std::string> classes = {
+      {"scheduler", "FlowMatchEulerDiscreteScheduler"}, {"text_encoder", "CLIPTextModel"},
+      {"text_encoder_2", "T5EncoderModel"}, {"tokenizer", "CLIPTokenizer"}, {"tokenizer_2", "T5TokenizerFast"},
+      {"transformer", "FluxTransformer2DModel"}, {"vae", "AutoencoderKL"}};
+  ASSERT_EQ(folder.components.size(), classes.size());
+  for (const auto& [name, class_name] : classes) {
+    EXPECT_EQ(folder.directory(name), root + "/" + name);
+    EXPECT_EQ(folder.components.at(name).class_name, class_name) << name;
+  }
   // The transformer is sharded (2+ shards with an index), as the published one is.
   const ComponentWeights w = find_component_weights(root + "/transformer");
   ASSERT_TRUE(w.index.has_value());
@@ -369,6 +375,9 @@ TEST(PipelineFolder, MissingRequiredComponentNamesFolderAndComponent) {
   TempDir tmp;
   const std::string root = demo(tmp);
   // Named [null, null] in model_index.json.
+  Json index = read_json(root + "/model_index.json");
+  index["vae"] = Json::array({nullptr, nullptr});
+  std::ofstream(root + "/model_index.json") << index.dump(2);
   std::string msg = error_of([&] { PipelineFolder::open(root, {"transformer", "vae"}); });
   EXPECT_NE(msg.find("'" + root + "/model_index.json' names no component 'vae' (expected \"vae\": [\"diffusers\", "
                      "\"AutoencoderKL\"])"),
