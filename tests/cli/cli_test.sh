@@ -202,6 +202,32 @@ cp -r "$work/pipe" "$work/pipe-bad-index" && printf '{"_class_name": "FluxPipeli
 expect_quick 2 "component 'transformer' must be [library, class] (two strings) or [null, null], got [1,2]" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe-bad-index" --output_dir="$work/bi-out" --max_train_steps=1
 expect_quick 2 "the override for component 'transformer' must be a directory" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe" --pretrained_transformer_model_name_or_path="$work/nowhere" --output_dir="$work/ov-out" --max_train_steps=1
 
+# 10. `remat encode` on the demo pipeline (docs/PIPELINE_FOLDER.md): a picture and a caption become
+#     a latent-cache sample that trains the folder's transformer; broken encoders exit 2 naming the file.
+python3 -c "
+w, h = 50, 37
+pixels = bytes((x * 5 + y * 3 + c * 80) % 256 for y in range(h) for x in range(w) for c in range(3))
+open('$work/picture.ppm', 'wb').write(b'P6\\n%d %d\\n255\\n' % (w, h) + pixels)"
+mkdir -p "$work/encoded"
+expect_quick 0 "centre-cropped to 48 x 36" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --image="$work/picture.ppm" --caption="a red boat on a lake" --tokenizer_max_length=16 --output="$work/encoded/boat.safetensors"
+expect_quick 0 "prompt_embeds (T5): [16, 32]" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a lake" --tokenizer_max_length=16 --dtype=float32
+expect_quick 0 "truncated because \`max_sequence_length\` is set to 4 tokens" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a calm lake" --tokenizer_max_length=4
+cp "$work/encoded/boat.safetensors" "$work/encoded/boat2.safetensors"
+expect_quick 0 "summary: 2 steps" -- "$remat" train --pretrained_model_name_or_path="$work/pipe" --instance_data_dir="$work/encoded" --output_dir="$work/enc-out" --max_train_steps=2 --train_batch_size=1 --lora_rank=2 --num_threads=1
+expect_quick 2 "nothing to encode: give --image, --caption or both" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe"
+cp -r "$work/pipe" "$work/pipe-no-t5" && rm -rf "$work/pipe-no-t5/text_encoder_2"
+expect_quick 2 "component 'text_encoder_2' needs the directory" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe-no-t5" --caption=boat
+cp -r "$work/pipe" "$work/pipe-t5-shard" && rm "$work/pipe-t5-shard/text_encoder_2/model-00001-of-"*.safetensors
+expect_quick 2 "to shard 'model-00001-of-" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe-t5-shard" --caption=boat
+cp -r "$work/pipe" "$work/pipe-keys" && cp "$work/pipe/text_encoder/model.safetensors" "$work/pipe-keys/vae/diffusion_pytorch_model.safetensors"
+expect_quick 2 "encoder.conv_in.weight" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe-keys" --image="$work/picture.ppm"
+cp -r "$work/pipe" "$work/pipe-tok" && printf 'not a model' > "$work/pipe-tok/tokenizer_2/spiece.model"
+expect_quick 2 "$work/pipe-tok/tokenizer_2/spiece.model" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe-tok" --caption=boat
+cp -r "$work/pipe" "$work/pipe-act" && sed -i 's/"silu"/"swish2"/' "$work/pipe-act/vae/config.json"
+expect_quick 2 "swish2" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe-act" --image="$work/picture.ppm"
+printf 'not a picture' > "$work/notes.png"
+expect_quick 2 "is not a picture remat can read" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --image="$work/notes.png"
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1
