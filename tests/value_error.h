@@ -3,6 +3,7 @@
 // when it throws none.
 
 #include <string>
+#include <utility>
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,14 @@ std::string error_of(Fn&& fn) {
   }
   ADD_FAILURE() << "expected a c10::ValueError";
   return "";
+}
+
+/// error_of's message without the line end c10 appends, for comparing whole sentences.
+template <class Fn>
+std::string error_text(Fn&& fn) {
+  std::string message = error_of(std::forward<Fn>(fn));
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  return message;
 }
 
 }  // namespace remat::testing

@@ -10,13 +10,7 @@
 namespace {
 
 using remat::encoders::T5Config;
-// The bad-input message without the line end c10::Error appends.
-template <class Fn>
-std::string error_text(Fn&& fn) {
-  std::string m = remat::testing::error_of(std::forward<Fn>(fn));
-  while (!m.empty() && m.back() == '\n') m.pop_back();
-  return m;
-}
+using remat::testing::error_text;
 using remat::testing::error_of;
 
 TEST(T5Config, XxlMatchesFluxTextEncoder2) {

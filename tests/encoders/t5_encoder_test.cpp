@@ -20,13 +20,7 @@ namespace {
 
 using remat::encoders::T5Config;
 using remat::encoders::T5EncoderModel;
-// The bad-input message without the line end c10::Error appends.
-template <class Fn>
-std::string error_text(Fn&& fn) {
-  std::string m = remat::testing::error_of(std::forward<Fn>(fn));
-  while (!m.empty() && m.back() == '\n') m.pop_back();
-  return m;
-}
+using remat::testing::error_text;
 using remat::testing::error_of;
 using Matrix = std::vector<std::vector<double>>;  // row-major (rows, cols)
 

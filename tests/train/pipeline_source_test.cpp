@@ -14,11 +14,14 @@
 #include "remat/train/family.h"
 #include "remat/train/model_source.h"
 #include "remat/train/trainer.h"
+#include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
 namespace remat::train {
 namespace {
+
+using remat::testing::quiet_hooks;
 namespace fs = std::filesystem;
 using remat::testing::error_of;
 
@@ -50,13 +53,6 @@ class PipelineSourceTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> warnings;
     return load_train_config(args, warnings);
-  }
-
-  static TrainerHooks quiet_hooks() {
-    TrainerHooks hooks;
-    hooks.log = [](const std::string&) {};
-    hooks.progress_stream = std::fopen("/dev/null", "w");
-    return hooks;
   }
 
   // The saved transformer equals the folder's bf16 weights converted to float32, key by key.

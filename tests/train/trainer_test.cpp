@@ -11,14 +11,16 @@
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
 #include "remat/train/config.h"
-#include "remat/train/family.h"
 #include "remat/train/data.h"
 #include "remat/train/family.h"
 #include "remat/train/trainer.h"
+#include "quiet_hooks.h"
 #include "temp_dir.h"
 
 namespace remat::train {
 namespace {
+
+using remat::testing::quiet_hooks;
 namespace fs = std::filesystem;
 
 class TrainerTest : public ::testing::Test {
@@ -46,13 +48,6 @@ class TrainerTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> warnings;
     return load_train_config(args, warnings);
-  }
-
-  static TrainerHooks quiet_hooks() {
-    TrainerHooks hooks;
-    hooks.log = [](const std::string&) {};
-    hooks.progress_stream = std::fopen("/dev/null", "w");
-    return hooks;
   }
 
   static std::map<std::string, at::Tensor> read_all(const std::string& path) {
