@@ -210,6 +210,7 @@ pixels = bytes((x * 5 + y * 3 + c * 80) % 256 for y in range(h) for x in range(w
 open('$work/picture.ppm', 'wb').write(b'P6\\n%d %d\\n255\\n' % (w, h) + pixels)"
 mkdir -p "$work/encoded"
 expect_quick 0 "centre-cropped to 48 x 36" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --image="$work/picture.ppm" --caption="a red boat on a lake" --tokenizer_max_length=16 --output="$work/encoded/boat.safetensors"
+expect_quick 0 "latents (mean): [16, 18, 24]" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --image="$work/picture.ppm" --vae_enable_tiling --latents=mean
 expect_quick 0 "prompt_embeds (T5): [16, 32]" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a lake" --tokenizer_max_length=16 --dtype=float32
 expect_quick 0 "truncated because \`max_sequence_length\` is set to 4 tokens" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a calm lake" --tokenizer_max_length=4
 cp "$work/encoded/boat.safetensors" "$work/encoded/boat2.safetensors"

@@ -38,13 +38,14 @@ int run_encode(const std::vector<std::string>& args) {
   std::string folder, vae_override, image_path, output, dtype = "bfloat16", latents_mode = "sample";
   std::optional<std::string> caption;
   int64_t max_length = 512, seed = 0, threads = 0;
-  bool tiling = false, slicing = false;
+  bool tiling = false;
   app.add_option("--pretrained_model_name_or_path", folder,
                  "A diffusers Flux pipeline folder (model_index.json, vae/, text_encoder/, text_encoder_2/, "
                  "tokenizer/, tokenizer_2/)")->required();
   app.add_option("--pretrained_vae_model_name_or_path", vae_override,
                  "Take the VAE from this pipeline or VAE folder instead");
-  app.add_option("--image", image_path, "A picture (PNG, JPEG, ...); centre-cropped to a multiple of 16 pixels");
+  app.add_option("--image", image_path, "A picture (PNG, JPEG, ...); centre-cropped to a multiple of twice the VAE's downscale "
+                                 "(16 pixels for FLUX.1)");
   app.add_option("--caption", caption, "A caption");
   app.add_option("--output", output, "Write latents / prompt_embeds / pooled_prompt_embeds here (.safetensors)");
   app.add_option("--dtype", dtype, "Encoder weights and computation")
@@ -56,7 +57,6 @@ int run_encode(const std::vector<std::string>& args) {
       ->check(CLI::IsMember({"sample", "mean"}))->capture_default_str();
   add_registry_option(app, "seed", seed);
   app.add_flag("--vae_enable_tiling", tiling, "Encode in overlapping tiles (bounded memory for large pictures)");
-  app.add_flag("--vae_enable_slicing", slicing, "Encode a batch one picture at a time");
   add_registry_option(app, "torch_num_threads", threads);
   if (auto code = parse_or_exit(app, args)) return *code;
   if (image_path.empty() && !caption) {
@@ -89,7 +89,6 @@ int run_encode(const std::vector<std::string>& args) {
   std::vector<io::NamedTensor> sample;
   if (!image_path.empty()) {
     if (tiling) flux.vae()->set_tiling(true);
-    if (slicing) flux.vae()->set_slicing(true);
     const auto picture = encoders::read_image(image_path);
     const auto multiple = 2 * flux.vae_scale_factor();
     const auto cropped = encoders::center_crop_to_multiple(picture, multiple);
