@@ -22,6 +22,27 @@ inline constexpr int64_t kMaxImagePixels = int64_t{1} << 26;
 /// (with its reason), or larger than kMaxImagePixels.
 REMAT_API at::Tensor read_image(const std::string& path);
 
+/// What a picture file's header says, read without decoding pixels.
+struct ImageInfo {
+  int64_t width = 0;       ///< as displayed: EXIF orientation 5-8 swap the stored sides
+  int64_t height = 0;
+  int orientation = 1;     ///< the EXIF orientation tag (1-8; 1 when absent or not a JPEG)
+  std::string format;      ///< "png", "jpeg", "webp", ...
+};
+
+/// The header of the picture in `path`. Throws c10::ValueError naming the path when it is not a
+/// regular file, not a picture remat reads, or larger than kMaxImagePixels.
+REMAT_API ImageInfo read_image_info(const std::string& path);
+
+/// uint8 [height, width, 3] resized to `height` x `width` with antialiased bicubic filtering
+/// (PIL's BICUBIC resampling, which filters over the whole footprint when shrinking).
+REMAT_API at::Tensor resize_picture(const at::Tensor& picture, int64_t width, int64_t height);
+
+/// The (left, top, width, height) box of uint8 [H, W, C] as a contiguous tensor. Throws
+/// c10::ValueError when the box is not inside the picture.
+REMAT_API at::Tensor crop_picture(const at::Tensor& picture, int64_t left, int64_t top, int64_t width,
+                                  int64_t height);
+
 /// Writes uint8 [height, width, 3] (or [height, width, 1]) as a PNG file, atomically (temporary
 /// file, then rename): `path` is either the old file or the whole new one.
 REMAT_API void write_png(const std::string& path, const at::Tensor& rgb);

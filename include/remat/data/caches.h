@@ -1,0 +1,64 @@
+#pragma once
+/// \file
+/// The caching phase of an image run: every image's VAE latents and every distinct caption's text
+/// embeddings, computed once and stored in the latent-cache formats training reads
+/// (remat/train/data.h), then reused while up to date.
+///
+/// Files: one per image, CACHE_DIR_VAE/<relative path>.safetensors holding `latents`; one per
+/// distinct caption, TEXT_CACHE_DIR/<hash of caption and encoder>.safetensors holding
+/// `prompt_embeds` and `pooled_prompt_embeds`. Each is written atomically, with metadata: the
+/// source file, its size and modification time, the crop and bucket, the encoder's identity (and
+/// for text, the caption itself). An entry whose metadata does not match is stale and re-encoded;
+/// an interrupted run leaves only whole entries, so the next one resumes where it stopped.
+///
+/// Phases run one encoder at a time: the VAE encodes every missing latent and is freed, then the
+/// text encoders encode every missing caption and are freed, so the phase's peak is the largest
+/// component, not the sum.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "remat/data/image_dataset.h"
+#include "remat/export.h"
+
+namespace remat::data {
+
+struct CacheOptions {
+  std::string pipeline_folder;  ///< the diffusers pipeline folder with vae/ and the text encoders
+  std::string dtype = "bf16";   ///< encoders' dtype: "bf16" or "fp32"
+  int64_t tokenizer_max_length = 512;
+  uint64_t seed = 0;            ///< the VAE posterior sample of each image: seeded from (seed, path)
+  bool vae_enable_tiling = false;
+  /// Progress and messages: one call per line (the CLI draws a bar on a terminal).
+  std::function<void(const std::string&)> log;
+  bool terminal = false;        ///< draw a redrawn progress bar instead of plain lines
+};
+
+/// One training sample after caching: its latents file and its caption's embeddings file.
+struct CachedSample {
+  std::string latents_path;
+  std::string text_path;
+  std::string dataset_id;
+};
+
+struct CacheReport {
+  int64_t images_encoded = 0, images_reused = 0, images_failed = 0;
+  int64_t captions_encoded = 0, captions_reused = 0;
+  double vae_seconds = 0, text_seconds = 0;
+  int64_t vae_peak_bytes = 0, text_peak_bytes = 0;  ///< peak-tracking allocator, per phase
+  /// Per dataset (same order as given), its samples; `empty_caption_path` is the embeddings of ""
+  /// (caption dropout).
+  std::vector<std::vector<CachedSample>> samples;
+  std::string empty_caption_path;
+  std::vector<std::string> problems;  ///< images that failed to decode at encode time, with reasons
+};
+
+/// Brings every cache up to date for `datasets` (scanned) and returns where every sample lives.
+/// A dataset's captions go to the cache_dir of its text_embeds backend in `backends`; the empty
+/// caption to the default one's.
+REMAT_API CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const DataBackendConfig& backends,
+                                   const CacheOptions& options);
+
+}  // namespace remat::data

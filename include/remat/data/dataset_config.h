@@ -1,0 +1,117 @@
+#pragma once
+/// \file
+/// SimpleTuner's dataset configuration: the `--data_backend_config` file (multidatabackend.json, a
+/// JSON list of backends) and the single-folder shortcut `--instance_data_dir DIR` with the global
+/// data options. Same key names and meanings as SimpleTuner's documentation/DATALOADER.md; what
+/// remat does not implement is warned about (keys that do not change the result) or refused
+/// (backend types, values). Everything here is checked before any model is loaded.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "remat/export.h"
+
+namespace remat::data {
+
+/// How `resolution` (and minimum_image_size, maximum_image_size, target_downsample_size) is measured.
+enum class ResolutionType {
+  pixel,       ///< the shorter edge, in pixels
+  area,        ///< the area, in megapixels
+  pixel_area,  ///< the area, given as the side of a square in pixels (1024 -> 1024^2 pixels)
+};
+
+enum class CaptionStrategy {
+  filename,        ///< the image's file name without extension (SimpleTuner's clean-up rules)
+  textfile,        ///< IMAGE.txt beside the image; one caption per line
+  instanceprompt,  ///< the backend's instance_prompt for every image
+};
+
+enum class CropStyle { center, random, corner };
+enum class CropAspect { square, preserve, closest };
+
+/// One `"type": "local"` image backend (dataset_type "image", the default).
+struct ImageDatasetConfig {
+  std::string id;
+  std::string instance_data_dir;
+  CaptionStrategy caption_strategy = CaptionStrategy::filename;
+  std::optional<std::string> instance_prompt;
+  bool prepend_instance_prompt = false;
+  bool only_instance_prompt = false;
+  double resolution = 1024;
+  ResolutionType resolution_type = ResolutionType::pixel_area;
+  std::optional<double> minimum_image_size;      ///< in resolution_type's unit
+  std::optional<double> maximum_image_size;      ///< in resolution_type's unit
+  std::optional<double> target_downsample_size;  ///< in resolution_type's unit
+  bool crop = false;
+  CropStyle crop_style = CropStyle::random;
+  CropAspect crop_aspect = CropAspect::square;
+  /// Extra passes over this dataset per epoch (0: seen once per epoch), as SimpleTuner.
+  int64_t repeats = 0;
+  /// Relative chance that a batch is drawn from this dataset, as SimpleTuner.
+  double probability = 1.0;
+  /// Where this dataset's VAE latents are cached (resolved to an absolute or run-relative path).
+  std::string cache_dir_vae;
+  /// Chance that a sample trains with the empty caption (SimpleTuner's per-backend value, else
+  /// the global --caption_dropout_probability).
+  double caption_dropout_probability = 0;
+  /// The text_embeds backend whose cache holds this dataset's captions (its id).
+  std::string text_embeds;
+};
+
+/// One `"dataset_type": "text_embeds"` backend.
+struct TextEmbedsConfig {
+  std::string id;
+  std::string cache_dir;
+  bool is_default = false;
+};
+
+/// The datasets of one run: enabled image backends, text-embed backends, and the one warning
+/// that lists the keys remat does not implement (empty when there are none).
+struct DataBackendConfig {
+  std::vector<ImageDatasetConfig> images;
+  std::vector<TextEmbedsConfig> text_embeds;
+  std::vector<std::string> warnings;
+  /// The text_embeds backend `id` (throws c10::ValueError naming it when absent).
+  const TextEmbedsConfig& text_embeds_of(const std::string& id) const;
+};
+
+/// The global options that act as defaults for every backend, and where caches go by default
+/// (SimpleTuner's --cache_dir; cache_dir_vae defaults to CACHE_DIR/vae/<id>, the text cache to
+/// CACHE_DIR/text).
+struct DataDefaults {
+  std::string cache_dir = "cache";
+  double resolution = 1024;
+  ResolutionType resolution_type = ResolutionType::pixel_area;
+  std::optional<double> minimum_image_size;
+  std::optional<double> maximum_image_size;
+  std::optional<double> target_downsample_size;
+  bool crop = false;
+  CropStyle crop_style = CropStyle::random;
+  CropAspect crop_aspect = CropAspect::square;
+  CaptionStrategy caption_strategy = CaptionStrategy::filename;
+  std::optional<std::string> instance_prompt;
+  double caption_dropout_probability = 0;
+};
+
+/// Reads a multidatabackend.json. Throws c10::ValueError naming the file, the backend id, the key,
+/// the value and what is supported for: unsupported backend types (aws, huggingface, csv, ...),
+/// unsupported dataset_type values, bad values, duplicate ids, no enabled image backend, a
+/// text_embeds reference to a missing id, no default text_embeds backend when one is needed
+/// (SimpleTuner's rules). Relative paths are taken as they are (relative to the working directory,
+/// as SimpleTuner does).
+REMAT_API DataBackendConfig read_data_backend_config(const std::string& path, const DataDefaults& defaults);
+
+/// The one-folder configuration `--instance_data_dir DIR` stands for: one local image backend
+/// with id "instance_data_dir" and the global defaults, and a default text_embeds backend.
+REMAT_API DataBackendConfig single_folder_config(const std::string& instance_data_dir,
+                                                 const DataDefaults& defaults);
+
+/// Names for messages and metadata ("pixel_area", "center", ...).
+REMAT_API const char* to_string(ResolutionType value);
+REMAT_API const char* to_string(CaptionStrategy value);
+REMAT_API const char* to_string(CropStyle value);
+REMAT_API const char* to_string(CropAspect value);
+
+}  // namespace remat::data
