@@ -164,7 +164,26 @@ struct TrainConfig {
   std::optional<int64_t> gradient_checkpointing_memory_budget;
 
   // ---- data and output ----
+  /// A latent-cache directory, or a folder of images with captions (remat/data/image_dataset.h).
   std::optional<std::string> instance_data_dir;
+  /// SimpleTuner's multidatabackend.json (remat/data/dataset_config.h); replaces instance_data_dir.
+  std::optional<std::string> data_backend_config;
+  /// Where image runs cache VAE latents (CACHE_DIR/vae/<id>) and text embeddings (CACHE_DIR/text)
+  /// unless a backend names its own.
+  std::string cache_dir = "cache";
+  // The global defaults of every image backend (SimpleTuner's names and defaults; the enums as
+  // their option values: remat/train/data_options.h converts).
+  double resolution = 1024;
+  std::string resolution_type = "pixel_area";
+  std::optional<double> minimum_image_size;
+  std::optional<double> maximum_image_size;
+  std::optional<double> target_downsample_size;
+  bool crop = false;
+  std::string crop_style = "random";
+  std::string crop_aspect = "square";
+  std::string caption_strategy = "filename";
+  std::optional<std::string> instance_prompt;
+  double caption_dropout_probability = 0;
   std::string output_dir = "remat-results";
   /// Save a checkpoint every N optimizer steps; 0 disables periodic checkpoints.
   int64_t checkpoint_step_interval = 500;
