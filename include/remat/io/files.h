@@ -25,4 +25,11 @@ REMAT_API void require_regular_file(const std::string& path, const std::string& 
 REMAT_API std::string read_regular_file(const std::string& path, uint64_t max_bytes,
                                         const std::string& component, const std::string& what);
 
+/// Writes `bytes` to `path` so that a reader sees the old file or the whole new one, never a
+/// half-written one: a temporary file in the same directory, fsync, rename(2). The file gets mode
+/// 0644. Throws c10::ValueError naming `component` and the path when any step fails (the temporary
+/// file is removed).
+REMAT_API void write_file_atomically(const std::string& path, const std::string& bytes,
+                                     const std::string& component);
+
 }  // namespace remat::io
