@@ -1,6 +1,8 @@
 # Entry points for a fresh machine. Each target installs missing packages, configures and builds.
-#   make demo   the main job on its built-in default: a short LoRA training run of the small Flux
-#               preset on generated demo data, with segmented checkpointing (configs/demo-flux-lora.json)
+#   make demo   the main job on its built-in default: pictures with captions and a tiny Flux pipeline
+#               folder are generated (once), cached (VAE latents, text embeddings) and a LoRA of the
+#               small Flux preset is trained on them with segmented checkpointing
+#               (configs/demo-flux-lora.json)
 #   make test   the test suite (CTest)
 BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
@@ -19,8 +21,14 @@ build: configure
 
 REMAT := $(BUILD_DIR)/apps/remat/remat
 
+# Each generated folder is written under a temporary name and renamed when complete, so an
+# interrupted `make demo` regenerates it instead of training on half a dataset.
 demo: build
-	@test -d out/demo-data || $(REMAT) make-demo-data --output out/demo-data
+	@test -d out/demo-images || { rm -rf out/demo-images.partial && \
+	  $(REMAT) make-demo-images --output out/demo-images.partial && mv out/demo-images.partial out/demo-images; }
+	@test -d out/demo-pipeline || { rm -rf out/demo-pipeline.partial && \
+	  $(REMAT) make-demo-pipeline --output out/demo-pipeline.partial --transformer_preset flux-small --dtype fp32 && \
+	  mv out/demo-pipeline.partial out/demo-pipeline; }
 	$(REMAT) train --config configs/demo-flux-lora.json
 
 test: build

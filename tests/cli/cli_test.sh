@@ -118,6 +118,9 @@ expect_quick 2 "num_train_epochs must be an integer in [0, 1000000]" -- "$remat"
 expect_quick 2 "seed must be an integer in [0, 4294967295]" -- "$remat" init --model_flavour flux-tiny --seed 99999999999999999999 --output "$work/x.safetensors"
 expect_quick 2 "seed must be an integer in [0, 4294967295]" -- "$remat" make-demo-data --output "$work/seed-data" --seed 99999999999999999999
 expect_quick 2 "needs about" -- "$remat" make-demo-data --output "$work/huge-data" --size 4096 --text_tokens 65536 --joint_dim 65536
+expect_quick 0 "wrote 3 pictures with captions" -- "$remat" make-demo-images --output "$work/pictures" --count 3 --size 16
+expect_quick 2 "the output directory '$work/pictures' is not empty" -- "$remat" make-demo-images --output "$work/pictures" --count 3 --size 16
+expect_quick 2 "size: Value 8 not in range" -- "$remat" make-demo-images --output "$work/small-pictures" --size 8
 
 # 5. Memory admission: flux-dev (no flavour given: the family's default, 12B parameters) is
 #    refused in seconds with both figures (the kernel's OOM killer ended it before).
