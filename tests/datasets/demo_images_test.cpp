@@ -75,10 +75,18 @@ TEST(DemoImages, CaptionDescribesThePicture) {
     // The shape's colour, at its centre, by its dominant channels.
     const auto centre = at(image.center_x, image.center_y);
     const int r = centre[0].item<int>(), g = centre[1].item<int>(), b = centre[2].item<int>();
-    if (image.colour == "red") EXPECT_TRUE(r > g + 100 && r > b + 100) << image.name;
-    if (image.colour == "green") EXPECT_TRUE(g > r + 100 && g > b + 100) << image.name;
-    if (image.colour == "blue") EXPECT_TRUE(b > r + 100 && b > g + 100) << image.name;
-    if (image.colour == "yellow") EXPECT_TRUE(r > b + 100 && g > b + 100) << image.name;
+    if (image.colour == "red") {
+      EXPECT_TRUE(r > g + 100 && r > b + 100) << image.name;
+    }
+    if (image.colour == "green") {
+      EXPECT_TRUE(g > r + 100 && g > b + 100) << image.name;
+    }
+    if (image.colour == "blue") {
+      EXPECT_TRUE(b > r + 100 && b > g + 100) << image.name;
+    }
+    if (image.colour == "yellow") {
+      EXPECT_TRUE(r > b + 100 && g > b + 100) << image.name;
+    }
   }
 }
 
@@ -87,11 +95,12 @@ TEST(DemoImages, ShapeAreaAndCentreMatchTheGeometry) {
     const auto alpha = coverage(draw_demo_image(image));
     const double area = alpha.sum().item<double>();
     EXPECT_NEAR(area / expected_area(image), 1.0, 0.02) << image.name << " " << image.shape;
-    // The centroid of a circle, a square and an equilateral triangle is its centre.
+    // The centroid of a circle, a square and an equilateral triangle is its centre (within the
+    // quarter-pixel steps of the 4 x 4 samples at the edges).
     const auto ys = at::arange(image.height, at::kDouble).unsqueeze(1) + 0.5;
     const auto xs = at::arange(image.width, at::kDouble).unsqueeze(0) + 0.5;
-    EXPECT_NEAR((alpha * xs).sum().item<double>() / area, image.center_x, 0.1) << image.name;
-    EXPECT_NEAR((alpha * ys).sum().item<double>() / area, image.center_y, 0.1) << image.name;
+    EXPECT_NEAR((alpha * xs).sum().item<double>() / area, image.center_x, 0.2) << image.name;
+    EXPECT_NEAR((alpha * ys).sum().item<double>() / area, image.center_y, 0.2) << image.name;
     // Wholly inside the picture.
     EXPECT_GE(image.center_x - image.radius, 0.0);
     EXPECT_LE(image.center_x + image.radius, static_cast<double>(image.width));
