@@ -29,8 +29,10 @@
 //   into 64-pixel buckets and still gives whole packed latents.
 // - With resolution_type pixel, SimpleTuner's square edge is int(resolution), not a multiple of
 //   the alignment (its UI asks for multiples of 64); remat rounds it with RM.
-// - If int() truncation leaves the intermediary a pixel short of the target on a side (SimpleTuner
-//   then crops a smaller picture than its bucket), remat widens that side to the target's.
+// - When the intermediary is smaller than the target on a side (int() truncation; or area
+//   resolutions near 0.25/0.5/1/2/4 megapixels with a square crop, whose square edge comes from
+//   the rounded table but whose intermediary does not), SimpleTuner crops a picture smaller than
+//   its bucket; remat scales the intermediary up, keeping its aspect, until it covers the target.
 // - The random crop offset comes from a hash of (seed, image path), so a cache entry is the same
 //   picture on every run (SimpleTuner fixes it once in its metadata file).
 #include "remat/data/image_dataset.h"
@@ -288,14 +290,21 @@ std::optional<TrainingCrop> plan_training_crop(int64_t width, int64_t height, co
     // TrainingSample._calculate_target_downsample_size.
     Size d = calculate(u, aspect_of(width, height), *u.downsample, original, m).intermediary;
     if (d.first < target.first) {
-      d = {target.first, py_int(static_cast<double>(d.second) * target.first / static_cast<double>(d.first))};
+      d = {target.first, py_int(static_cast<double>(d.second) * (static_cast<double>(target.first) / d.first))};
     } else if (d.second < target.second) {
-      d = {py_int(static_cast<double>(d.first) * target.second / static_cast<double>(d.second)), target.second};
+      d = {py_int(static_cast<double>(d.first) * (static_cast<double>(target.second) / d.second)), target.second};
     }
     resized = d;
   }
-  resized.first = std::max(resized.first, target.first);
-  resized.second = std::max(resized.second, target.second);
+  // Cover the target, keeping the aspect (Note [Bucket geometry], remat's deviations).
+  if (resized.first < target.first || resized.second < target.second) {
+    // Integer ceilings: the scaled side is never a rounding error short of the target.
+    const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    const auto [rw, rh] = resized;
+    const auto [tw, th] = target;
+    if (tw * rh >= th * rw) resized = {tw, std::max(th, ceil_div(rh * tw, rw))};  // width limits
+    else resized = {std::max(tw, ceil_div(rw * th, rh)), th};
+  }
 
   TrainingCrop crop;
   crop.resized_width = resized.first;
