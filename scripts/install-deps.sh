@@ -10,7 +10,10 @@ packages=(
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libtomlplusplus-dev     # toml++: config.toml
   libsentencepiece-dev    # T5's tokenizer (tokenizer_2/spiece.model)
-  libstb-dev              # stb_image: reading pictures (PNG, JPEG, ...) and writing PNG
+  libstb-dev              # stb_image: reading pictures (PNG, BMP, GIF, ...) and writing PNG
+  libjpeg-dev             # libjpeg-turbo: reading JPEG pictures (PIL's decoder)
+  libwebp-dev             # libwebp: reading WebP pictures (and writing them in the tests)
+  libexif-dev             # libexif: the EXIF orientation of pictures
   libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`

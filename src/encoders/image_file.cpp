@@ -8,6 +8,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "image_formats.h"
 #include "remat/error.h"
 #include "remat/io/files.h"
 
@@ -36,26 +37,30 @@ void check_picture(const at::Tensor& picture, const char* what) {
 
 }  // namespace
 
-at::Tensor read_image(const std::string& path) {
-  io::require_regular_file(path, "image", "a picture");
-  FILE* raw = std::fopen(path.c_str(), "rb");
-  if (raw == nullptr) throw_value_error("[image] cannot open '" + path + "': " + std::strerror(errno));
-  std::unique_ptr<FILE, int (*)(FILE*)> file(raw, &std::fclose);
+namespace detail {
+
+HeaderWalk stb_header(const std::string& path, std::string_view bytes) {
   int width = 0, height = 0, channels = 0;
-  if (stbi_info_from_file(file.get(), &width, &height, &channels) == 0) {
+  if (stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &width,
+                            &height, &channels) == 0) {
     throw_value_error("[image] '" + path + "' is not a picture remat can read (" + stbi_failure_reason() +
-                      "); readable: PNG, JPEG, BMP, TGA, GIF, PSD, HDR, PNM, PIC");
+                      "); readable: PNG, JPEG, WebP, BMP, TGA, GIF, PSD, HDR, PNM, PIC");
   }
-  if (int64_t{width} * int64_t{height} > kMaxImagePixels) {
-    throw_value_error("[image] '" + path + "' is " + std::to_string(width) + " x " + std::to_string(height) +
-                      " pixels; at most " + std::to_string(kMaxImagePixels) + " pixels (8192 x 8192) are read");
-  }
-  std::unique_ptr<unsigned char, StbFree> pixels(stbi_load_from_file(file.get(), &width, &height, &channels, 3));
-  if (!pixels) {
-    throw_value_error("[image] cannot decode '" + path + "': " + stbi_failure_reason());
-  }
+  HeaderWalk walk;
+  walk.width = width;
+  walk.height = height;
+  return walk;
+}
+
+at::Tensor decode_with_stb(const std::string& path, std::string_view bytes) {
+  int width = 0, height = 0, channels = 0;
+  std::unique_ptr<unsigned char, StbFree> pixels(stbi_load_from_memory(
+      reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &width, &height, &channels, 3));
+  if (!pixels) damaged(path, stbi_failure_reason());
   return at::from_blob(pixels.get(), {height, width, 3}, at::kByte).clone();
 }
+
+}  // namespace detail
 
 void write_png(const std::string& path, const at::Tensor& rgb) {
   check_picture(rgb, "write_png");

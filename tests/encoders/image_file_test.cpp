@@ -86,7 +86,7 @@ TEST(ImageFile, BadFilesAreRefusedByName) {
   EXPECT_EQ(error_of([&] { read_image(dir / "notes.png"); }),
             "[image] '" + (dir / "notes.png") +
                 "' is not a picture remat can read (Image not of any known type, or corrupt); readable: PNG, "
-                "JPEG, BMP, TGA, GIF, PSD, HDR, PNM, PIC\n");
+                "JPEG, WebP, BMP, TGA, GIF, PSD, HDR, PNM, PIC\n");
   EXPECT_NE(error_of([&] { read_image(dir / "missing.png"); }).find("missing.png"), std::string::npos);
   EXPECT_NE(error_of([&] { read_image(dir.str()); }).find("must be a regular file"), std::string::npos);
 
