@@ -55,6 +55,11 @@ struct CacheReport {
   std::vector<std::string> problems;  ///< images that failed to decode at encode time, with reasons
 };
 
+/// The seed of the generator that draws `relative_path`'s VAE posterior sample under run seed
+/// `seed`: the first 64 bits of FNV-1a 128 over "<seed>\0<relative_path>". A pure function, so the
+/// cached latents of an image are the same on every machine and every rerun.
+REMAT_API uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path);
+
 /// Brings every cache up to date for `datasets` (scanned) and returns where every sample lives.
 /// A dataset's captions go to the cache_dir of its text_embeds backend in `backends`; the empty
 /// caption to the default one's.
