@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
     std::printf("| image phase (%lldx%lld PNG -> %lldx%lld) | median |\n| --- | --- |\n",
                 static_cast<long long>(side * 9 / 4), static_cast<long long>(side * 3 / 2),
                 static_cast<long long>(side), static_cast<long long>(side));
-    std::printf("| decode (stb_image) | %.3f s |\n| resize + crop | %.3f s |\n| VAE encode | %.2f s |\n",
+    std::printf("| decode (PNG) | %.3f s |\n| resize + crop | %.3f s |\n| VAE encode | %.2f s |\n",
                 median(decode_s), median(resize_s), median(encode_s));
     std::printf("| **images / second** | **%.4f** (%.2f s per image) |\n", 1.0 / total, total);
     std::printf("| VAE weights | %s |\n| phase peak (weights + one image) | %s |\n| latents | (%lld, %lld, %lld) |\n\n",
