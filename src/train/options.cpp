@@ -402,6 +402,12 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("When set to a value of 0.1, it will drop approximately 10 percent of the inputs: each "
                "sample trains with the empty caption's embedding with this chance. SimpleTuner's "
                "default is 0.1 (its help also mentions SDXL's size conditioning, which Flux has not)."));
+  add(Opt(kData, "tokenizer_max_length", T::Int, bind_field(&C::tokenizer_max_length),
+          "The maximum length of the T5 tokenizer's output: captions are padded or cut to this many tokens")
+      .min(1).max(4096)
+      .tooltip("The caption embeddings of an image run are cached at this length (prompt_embeds of "
+               "tokenizer_max_length x T5 width); a new value re-encodes every caption. FLUX.1-dev uses "
+               "512, schnell 256; short captions train faster with fewer (the demo uses 32)."));
   // SimpleTuner's default is "simpletuner-results"; this tool names its own.
   add(Opt(kData, "output_dir", T::Path, bind_field(&C::output_dir),
           "Directory where model checkpoints and logs will be saved"));

@@ -187,6 +187,9 @@ struct TrainConfig {
   /// SimpleTuner's default (field registry: 0.1; its collate drops each sample's caption with
   /// this chance).
   double caption_dropout_probability = 0.1;
+  /// T5's token count for image runs' caption embeddings (captions padded or cut to it): 512 as
+  /// FLUX.1-dev's pipeline; schnell uses 256.
+  int64_t tokenizer_max_length = 512;
   std::string output_dir = "remat-results";
   /// Save a checkpoint every N optimizer steps; 0 disables periodic checkpoints.
   int64_t checkpoint_step_interval = 500;
