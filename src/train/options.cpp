@@ -296,10 +296,112 @@ std::vector<OptionSpec> build_registry() {
                "powers of 1000."));
   // ---- Data and output ----
   add(Opt(kData, "instance_data_dir", T::Path, bind_field(&C::instance_data_dir),
-          "Directory with the training data: a latent cache (one .safetensors per sample)")
+          "Directory with the training data: a folder of images with captions, or a latent cache "
+          "(one .safetensors per sample)")
       .nullable()
-      .tooltip("remat trains on cached latents and text embeddings; SimpleTuner's "
-               "data_backend_config is not read. `remat make-demo-data --output DIR` writes one."));
+      .tooltip("A folder of PNG, JPEG or WebP images (searched recursively) is one dataset with the "
+               "global data options below: its VAE latents and text embeddings are cached in "
+               "cache_dir before training. A folder of .safetensors samples is used as it is "
+               "(`remat make-demo-data --output DIR` writes one). data_backend_config describes "
+               "several datasets instead. remat's own: SimpleTuner names folders only in "
+               "data_backend_config."));
+  // ---- image datasets: SimpleTuner's global data options (field registry sections data.py and
+  // advanced.py; documentation/OPTIONS.md, DATALOADER.md). Each is the default of every dataset
+  // of data_backend_config that does not set the key itself. ----
+  add(Opt(kData, "data_backend_config", T::Path, bind_field(&C::data_backend_config),
+          "Path to your SimpleTuner dataset configuration (multidatabackend.json)")
+      .nullable()
+      .tooltip("A JSON list of datasets: local image folders (\"type\": \"local\") with their captions, "
+               "buckets and caches, and \"dataset_type\": \"text_embeds\" caches. Used instead of "
+               "instance_data_dir. Keys remat does not implement are listed in one warning; backend "
+               "types other than local (aws, csv, huggingface, ...) and values remat does not support "
+               "are errors before any model loads. See docs/YOUR_DATA.md and SimpleTuner's "
+               "DATALOADER.md."));
+  add(Opt(kData, "cache_dir", T::Path, bind_field(&C::cache_dir),
+          "Where VAE latents and text embeddings are cached, unless a dataset names its own "
+          "(cache_dir_vae, a text_embeds cache_dir)")
+      .nullable()
+      .default_note("unset (OUTPUT_DIR/cache)")
+      .tooltip("Latents go to CACHE_DIR/vae/MODEL_FAMILY/DATASET_ID and text embeddings to "
+               "CACHE_DIR/text/MODEL_FAMILY, SimpleTuner's layout. SimpleTuner's help calls it \"the "
+               "directory where the downloaded models and datasets will be stored\"; remat downloads "
+               "nothing."));
+  add(Opt(kData, "resolution", T::Float, bind_field(&C::resolution), "Resolution for training images")
+      .min(0, true)
+      .tooltip("Measured as resolution_type says: pixel_area 1024 gives buckets of about 1024x1024 "
+               "pixels of area, pixel 1024 a shorter edge of 1024, area 1.0 one megapixel. Bucket sides "
+               "are multiples of 16 pixels for Flux. SimpleTuner's web UI asks for 256-4096 in steps "
+               "of 64; its command line, like remat, takes any positive value."));
+  add(Opt(kData, "resolution_type", T::Choice, bind_field(&C::resolution_type),
+          "How to interpret the resolution value")
+      .choices({"pixel", "area", "pixel_area"})
+      .labels({{"pixel", "Pixel (shortest edge)"}, {"area", "Area (megapixels)"}, {"pixel_area", "Pixel as Area"}})
+      .tooltip("Pixel: resize shortest edge. Area: total pixel count. Pixel as Area: converts pixel to "
+               "megapixels (area is deprecated in SimpleTuner in favour of pixel_area). "
+               "minimum_image_size, maximum_image_size and target_downsample_size use the same unit."));
+  add(Opt(kData, "minimum_image_size", T::Float, bind_field(&C::minimum_image_size),
+          "The minimum resolution for both sides of input images")
+      .min(0).nullable()
+      .tooltip("Smaller images are skipped (counted in the start-of-run summary), never upscaled. "
+               "In resolution_type's unit: pixel checks both sides, area and pixel_area the area (and, "
+               "with a square crop, both sides against the square's edge). Unset: no minimum, so small "
+               "images may be upsampled, which SimpleTuner warns harms quality."));
+  add(Opt(kData, "maximum_image_size", T::Float, bind_field(&C::maximum_image_size),
+          "Images larger than this are downsampled to target_downsample_size before they are cropped "
+          "(with crop), so the crop keeps the scene")
+      .min(0).nullable()
+      .tooltip("When cropping images that are excessively large, the entire scene context may be "
+               "lost, eg. the crop might just end up being a portion of the background. This value uses "
+               "resolution_type to determine whether it is a pixel edge or megapixel value; it needs "
+               "target_downsample_size."));
+  add(Opt(kData, "target_downsample_size", T::Float, bind_field(&C::target_downsample_size),
+          "When using maximum_image_size, very-large images exceeding that value will be downsampled "
+          "to this target size before cropping")
+      .min(0).nullable()
+      .tooltip("If resolution_type=area and maximum_image_size=4.0, target_downsample_size=2.0 would "
+               "result in a 4 megapixel image being resized to 2 megapixel before cropping to 1 "
+               "megapixel."));
+  // crop, crop_style and crop_aspect are dataset keys in SimpleTuner (no global flag); remat also
+  // takes them as options, the defaults of --instance_data_dir and of every dataset.
+  add(Opt(kData, "crop", T::Bool, bind_field(&C::crop),
+          "Crop images to their bucket from a larger resize (crop_style, crop_aspect); without it, "
+          "images are resized to cover their bucket and the overhang is cut the same way")
+      .tooltip("remat's own option for SimpleTuner's dataset key crop (default false)."));
+  add(Opt(kData, "crop_style", T::Choice, bind_field(&C::crop_style),
+          "Where the bucket is cut from the resized image")
+      .choices({"random", "center", "corner"})
+      .value_alias("centre", "center")
+      .labels({{"random", "A random offset, fixed per image by the seed"},
+               {"center", "The middle"},
+               {"corner", "The top-left corner"}})
+      .tooltip("remat's own option for SimpleTuner's dataset key crop_style (default random; face "
+               "is not supported)."));
+  add(Opt(kData, "crop_aspect", T::Choice, bind_field(&C::crop_aspect),
+          "The bucket shape when crop is on: square, the image's own aspect, or the closest of the "
+          "dataset's crop_aspect_buckets")
+      .choices({"square", "preserve", "closest"})
+      .tooltip("remat's own option for SimpleTuner's dataset key crop_aspect (default square). "
+               "closest needs crop_aspect_buckets, which only a dataset in data_backend_config lists; "
+               "random is not supported."));
+  add(Opt(kData, "caption_strategy", T::Choice, bind_field(&C::caption_strategy),
+          "How to load captions for images")
+      .choices({"filename", "textfile", "instanceprompt"})
+      .value_alias("instance_prompt", "instanceprompt")
+      .labels({{"filename", "Filename"}, {"textfile", "Text Files"}, {"instanceprompt", "Instance Prompt"}})
+      .tooltip("Filename: use image name (underscores become spaces). Textfile: IMAGE.txt beside each "
+               "image, one caption per line. Instanceprompt: instance_prompt for every image. "
+               "SimpleTuner's parquet, huggingface and webshart strategies are not supported."));
+  add(Opt(kData, "instance_prompt", T::String, bind_field(&C::instance_prompt),
+          "Default caption for datasets using 'instanceprompt' caption strategy without their own prompt")
+      .nullable()
+      .tooltip("Used when caption_strategy is 'instanceprompt'. Defines the concept being trained; also "
+               "what a dataset's prepend_instance_prompt and only_instance_prompt use."));
+  add(Opt(kData, "caption_dropout_probability", T::Float, bind_field(&C::caption_dropout_probability),
+          "Caption dropout will randomly drop captions based on this probability")
+      .min(0).max(1)
+      .tooltip("When set to a value of 0.1, it will drop approximately 10 percent of the inputs: each "
+               "sample trains with the empty caption's embedding with this chance. SimpleTuner's "
+               "default is 0.1 (its help also mentions SDXL's size conditioning, which Flux has not)."));
   // SimpleTuner's default is "simpletuner-results"; this tool names its own.
   add(Opt(kData, "output_dir", T::Path, bind_field(&C::output_dir),
           "Directory where model checkpoints and logs will be saved"));

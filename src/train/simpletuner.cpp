@@ -86,7 +86,7 @@ const std::vector<std::pair<std::string, std::string>>& simpletuner_groups() {
       {"distillation", "distillation"},
       {"training", "training length"},
       {"optimizer", "optimizer and learning-rate extras (adam_* apply only to SimpleTuner's DeepSpeed path)"},
-      {"data", "datasets, buckets and captions (remat reads a latent cache: instance_data_dir)"},
+      {"data", "datasets, buckets and captions"},
       {"caching", "caches"},
       {"encoders", "text encoders and VAE (remat trains on cached latents and embeddings)"},
       {"model_loading", "model loading"},

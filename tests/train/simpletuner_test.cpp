@@ -136,7 +136,8 @@ TEST(SimpleTunerKeys, TheTableAgreesWithTheRegistry) {
     if (st.changes_training) EXPECT_FALSE(st.effect.empty()) << st.name;
   }
   // remat's own options (not SimpleTuner's names).
-  const std::set<std::string> own = {"pretrained_transformer_config", "instance_data_dir",
+  const std::set<std::string> own = {"pretrained_transformer_config", "instance_data_dir", "crop", "crop_style",
+                                     "crop_aspect",
                                      "gradient_checkpointing_memory_budget", "device", "report_every",
                                      "ignore_unsupported_options", "skip_memory_check"};
   for (const auto& spec : option_specs()) {
@@ -159,7 +160,7 @@ TEST(SimpleTunerKeys, OneGroupedWarning) {
                                          {"validation_steps", "50"},
                                          {"push_to_hub", "false"},
                                          {"--use_ema", "false"},
-                                         {"data_backend_config", "config/x.json"},
+                                         {"aspect_bucket_rounding", "2"},
                                          {"text_encoder_1_precision", "int8-quanto"}},
                                         kCpu);
   EXPECT_TRUE(r.ok()) << joined(errors_of(r));
@@ -172,7 +173,7 @@ TEST(SimpleTunerKeys, OneGroupedWarning) {
   EXPECT_NE(w.find("\n    Hub publishing: push_to_hub"), std::string::npos) << w;
   EXPECT_NE(w.find("\n    EMA weights: use_ema"), std::string::npos) << w;
   EXPECT_NE(w.find("quantisation: text_encoder_1_precision"), std::string::npos) << w;
-  EXPECT_NE(w.find("data_backend_config"), std::string::npos) << w;
+  EXPECT_NE(w.find("datasets, buckets and captions: aspect_bucket_rounding"), std::string::npos) << w;
 }
 
 TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
@@ -180,7 +181,7 @@ TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
                             {"use_ema", "true"},
                             {"tread_config", R"({"routes":[{"selection_ratio":0.5}]})"},
                             {"controlnet", "true"},
-                            {"caption_dropout_probability", "0.1"},
+                            {"input_perturbation", "0.1"},
                             {"lora_type", "lycoris"}};
   const auto r = validate_option_values(values, kCpu);
   const auto errors = errors_of(r);
@@ -190,7 +191,7 @@ TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
                        "frozen base weights, so remat would train something else than the config asks for. "
                        "Remove it, or pass --ignore_unsupported_options to train without it"))
       << joined(errors);
-  for (const char* key : {"use_ema=true", "tread_config=", "controlnet=true", "caption_dropout_probability=0.1",
+  for (const char* key : {"use_ema=true", "tread_config=", "controlnet=true", "input_perturbation=0.1",
                           "lora_type=lycoris"}) {
     EXPECT_TRUE(contains(errors, key)) << key;
   }
@@ -199,7 +200,7 @@ TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
                                                {"use_ema", "false"},
                                                {"tread_config", std::nullopt},
                                                {"controlnet", "0"},
-                                               {"caption_dropout_probability", "0.0"},
+                                               {"input_perturbation", "0.0"},
                                                {"lora_type", "standard"},
                                                {"lora_dropout", "0"}},
                                               kCpu);

@@ -47,6 +47,9 @@ struct ImageDatasetConfig {
   bool crop = false;
   CropStyle crop_style = CropStyle::random;
   CropAspect crop_aspect = CropAspect::square;
+  /// The aspect ratios crop_aspect "closest" chooses from (SimpleTuner's crop_aspect_buckets, as
+  /// plain numbers; the weighted form belongs to crop_aspect "random", which remat does not do).
+  std::vector<double> crop_aspect_buckets;
   /// Extra passes over this dataset per epoch (0: seen once per epoch), as SimpleTuner.
   int64_t repeats = 0;
   /// Relative chance that a batch is drawn from this dataset, as SimpleTuner.
@@ -78,10 +81,12 @@ struct DataBackendConfig {
 };
 
 /// The global options that act as defaults for every backend, and where caches go by default
-/// (SimpleTuner's --cache_dir; cache_dir_vae defaults to CACHE_DIR/vae/<id>, the text cache to
-/// CACHE_DIR/text).
+/// (SimpleTuner's layout: cache_dir_vae defaults to CACHE_DIR/vae/<model_family>/<id>, a text
+/// cache to CACHE_DIR/text/<model_family>; SimpleTuner's --cache_dir defaults to OUTPUT_DIR/cache).
 struct DataDefaults {
   std::string cache_dir = "cache";
+  /// Names the cache subfolders, as SimpleTuner's (latents of one family are not another's).
+  std::string model_family = "flux";
   double resolution = 1024;
   ResolutionType resolution_type = ResolutionType::pixel_area;
   std::optional<double> minimum_image_size;

@@ -168,9 +168,10 @@ struct TrainConfig {
   std::optional<std::string> instance_data_dir;
   /// SimpleTuner's multidatabackend.json (remat/data/dataset_config.h); replaces instance_data_dir.
   std::optional<std::string> data_backend_config;
-  /// Where image runs cache VAE latents (CACHE_DIR/vae/<id>) and text embeddings (CACHE_DIR/text)
-  /// unless a backend names its own.
-  std::string cache_dir = "cache";
+  /// Where image runs cache VAE latents (CACHE_DIR/vae/<family>/<id>) and text embeddings
+  /// (CACHE_DIR/text/<family>) unless a backend names its own. Empty: OUTPUT_DIR/cache, as
+  /// SimpleTuner's --cache_dir (default None).
+  std::string cache_dir;
   // The global defaults of every image backend (SimpleTuner's names and defaults; the enums as
   // their option values: remat/train/data_options.h converts).
   double resolution = 1024;
@@ -183,7 +184,9 @@ struct TrainConfig {
   std::string crop_aspect = "square";
   std::string caption_strategy = "filename";
   std::optional<std::string> instance_prompt;
-  double caption_dropout_probability = 0;
+  /// SimpleTuner's default (field registry: 0.1; its collate drops each sample's caption with
+  /// this chance).
+  double caption_dropout_probability = 0.1;
   std::string output_dir = "remat-results";
   /// Save a checkpoint every N optimizer steps; 0 disables periodic checkpoints.
   int64_t checkpoint_step_interval = 500;
