@@ -6,7 +6,7 @@
 //   caching_throughput [--side 512] [--dtype bf16|fp32] [--repeats 3] [--t5_layers 24] [--t5_tokens 512]
 //
 // The image phase decodes a (9/4 side) x (3/2 side) PNG (a 3:2 picture larger than the bucket),
-// resizes it so its shorter edge is `side` (antialiased bicubic), centre-crops side x side and
+// resizes it so its shorter edge is `side` (Lanczos, the caching phase's filter), centre-crops side x side and
 // encodes it with AutoencoderKLConfig::flux() (the posterior's sample, as the cache stores it).
 // The text phase runs CLIP-L on 77 ids and T5 v1.1 XXL's encoder on t5_tokens ids (FluxPipeline's
 // shapes; ids random, tokenizers not timed: they take microseconds). --t5_layers below 24 builds
