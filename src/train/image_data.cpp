@@ -25,9 +25,11 @@ std::string reason_kind(const std::string& reason) {
   return colon == std::string::npos ? reason : reason.substr(0, colon);
 }
 
-std::string rate(int64_t count, double seconds) {
+// " (12.34 images/s)", or nothing when nothing was encoded.
+std::string rate(int64_t count, double seconds, const char* unit) {
+  if (count == 0 || seconds <= 0) return "";
   char out[64];
-  std::snprintf(out, sizeof(out), "%.2f/s", seconds > 0 ? static_cast<double>(count) / seconds : 0.0);
+  std::snprintf(out, sizeof(out), " (%.2f %s/s)", static_cast<double>(count) / seconds, unit);
   return out;
 }
 }  // namespace
@@ -136,13 +138,14 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
 
 std::vector<std::string> describe_cache_report(const data::CacheReport& r) {
   std::vector<std::string> lines;
-  lines.push_back("[cache] VAE latents: " + std::to_string(r.images_encoded) + " encoded (" +
-                  rate(r.images_encoded, r.vae_seconds) + " images), " + std::to_string(r.images_reused) +
+  lines.push_back("[cache] VAE latents: " + std::to_string(r.images_encoded) + " encoded" +
+                  rate(r.images_encoded, r.vae_seconds, "images") + ", " + std::to_string(r.images_reused) +
                   " reused, " + std::to_string(r.images_failed) + " failed; peak " +
-                  memory::format_bytes(r.vae_peak_bytes));
-  lines.push_back("[cache] text embeddings: " + std::to_string(r.captions_encoded) + " encoded (" +
-                  rate(r.captions_encoded, r.text_seconds) + " captions), " + std::to_string(r.captions_reused) +
-                  " reused; peak " + memory::format_bytes(r.text_peak_bytes));
+                  (r.images_encoded + r.images_failed > 0 ? memory::format_bytes(r.vae_peak_bytes) : "- (VAE not loaded)"));
+  lines.push_back("[cache] text embeddings: " + std::to_string(r.captions_encoded) + " encoded" +
+                  rate(r.captions_encoded, r.text_seconds, "captions") + ", " + std::to_string(r.captions_reused) +
+                  " reused; peak " +
+                  (r.captions_encoded > 0 ? memory::format_bytes(r.text_peak_bytes) : "- (text encoders not loaded)"));
   for (const auto& problem : r.problems) lines.push_back("[cache] skipped: " + problem);
   return lines;
 }
