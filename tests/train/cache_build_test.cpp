@@ -112,7 +112,10 @@ TEST_F(CacheBuild, SecondRunEncodesNothing) {
   const std::vector<ImageRecord> images = {add_image("a.png", "a red square", 1),
                                            add_image("sub/b.png", "a blue circle", 2),
                                            add_image("c.png", "a red square", 3)};
+  const auto global_before = at::detail::getDefaultCPUGenerator().get_state();
   const auto first = run(images);
+  // Loading the encoders drew from the global generator; the caching phase restored it.
+  EXPECT_TRUE(at::equal(at::detail::getDefaultCPUGenerator().get_state(), global_before));
   EXPECT_EQ(first.images_encoded, 3);
   EXPECT_EQ(first.images_reused, 0);
   EXPECT_EQ(first.captions_encoded, 3);  // two distinct captions and the empty one

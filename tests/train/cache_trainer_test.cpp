@@ -3,6 +3,7 @@
 // image-run errors, raised before any model is loaded.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -96,6 +97,26 @@ TEST_F(CacheTrainer, TrainsTwoStepsOnAFolderOfPicturesAndReusesTheCacheNextTime)
   EXPECT_EQ(again.final_step, 2);
   EXPECT_TRUE(has("VAE latents: 0 encoded")) << "the second run reuses every entry";
   EXPECT_TRUE(has("text embeddings: 0 encoded"));
+}
+
+// An image run resumes exactly: 3 steps, a stop, and 3 more give the losses of 6 steps in one run
+// (epochs of 2 batches, so the resumed part crosses epochs and caption dropout draws).
+TEST_F(CacheTrainer, AnImageRunResumesExactly) {
+  const std::vector<std::string> extra = {"--instance_data_dir=" + dir_ / "images", "--caption_dropout_probability=0.3",
+                                          "--max_train_steps=6"};
+  const auto once = run_training(config("once", extra), remat::testing::quiet_hooks());
+  ASSERT_EQ(once.final_step, 6);
+  std::atomic<bool> stop{false};
+  auto hooks = remat::testing::quiet_hooks();
+  hooks.stop_requested = &stop;
+  hooks.on_step = [&](const StepRecord& r) {
+    if (r.step == 3) stop = true;
+  };
+  const auto first = run_training(config("split", extra), hooks);
+  ASSERT_TRUE(first.interrupted);
+  const auto second = run_training(config("split", extra), remat::testing::quiet_hooks());
+  ASSERT_EQ(second.records.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(second.records[i].loss, once.records[3 + i].loss) << "step " << 4 + i;
 }
 
 TEST_F(CacheTrainer, TrainsOnSeveralDatasetsOfAMultidatabackendFile) {

@@ -65,6 +65,8 @@ struct CacheReport {
 REMAT_API uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path);
 
 /// Brings every cache up to date for `datasets` (scanned) and returns where every sample lives.
+/// The global CPU generator is left as it was (loading an encoder draws from it), so what runs
+/// next does not depend on whether the caches were already up to date.
 /// A dataset's captions go to the cache_dir of its text_embeds backend in `backends`; the empty
 /// caption to the default one's.
 REMAT_API CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const DataBackendConfig& backends,
