@@ -46,7 +46,7 @@ std::string read_file_bytes(const std::string& path) {
 
 PictureFormat sniff_format(std::string_view first_bytes) {
   if (starts_with(first_bytes, "\x89PNG\r\n\x1a\n")) return PictureFormat::png;
-  if (starts_with(first_bytes, "\xff\xd8\xff")) return PictureFormat::jpeg;
+  if (starts_with(first_bytes, "\xff\xd8")) return PictureFormat::jpeg;  // SOI, as libjpeg requires
   if (starts_with(first_bytes, "RIFF") && first_bytes.size() >= 12 && first_bytes.substr(8, 4) == "WEBP") {
     return PictureFormat::webp;
   }

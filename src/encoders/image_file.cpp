@@ -14,6 +14,10 @@
 
 // Debian's libstb-dev ships stb as single-file headers; this file is the one translation unit
 // that holds their implementation (no link dependency for the installed library).
+// JPEG never reaches stb (libjpeg-turbo reads it, image_jpeg.cpp): its JPEG decoder is left out,
+// which also keeps stb's Huffman-table builder, which indexes past its table on some damaged
+// files (found by fuzz_image), out of the program.
+#define STBI_NO_JPEG
 #define STB_IMAGE_IMPLEMENTATION
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #define STBI_FAILURE_USERMSG

@@ -78,9 +78,9 @@ bool start(JpegSession& session, const unsigned char* data, unsigned long size) 
   return true;
 }
 
-bool read_pixels(JpegSession& session, unsigned char* out, size_t row_bytes) {
+bool read_pixels(JpegSession& session, J_COLOR_SPACE colour_space, unsigned char* out, size_t row_bytes) {
   if (setjmp(session.failure) != 0) return false;
-  session.info.out_color_space = JCS_RGB;
+  session.info.out_color_space = colour_space;
   jpeg_start_decompress(&session.info);
   while (session.info.output_scanline < session.info.output_height) {
     JSAMPROW row = out + session.info.output_scanline * row_bytes;
@@ -133,24 +133,44 @@ HeaderWalk walk_jpeg(const std::string& path, ByteSource& bytes) {
   }
 }
 
+// uint8 [h, w, 4] CMYK as libjpeg decodes it -> uint8 [h, w, 3] RGB as PIL converts it. PIL reads
+// every four-component JPEG as Adobe's inverted CMYK (what Photoshop writes), then takes
+// R = (255 - K) - C (255 - K) / 255 per channel, with C, K the un-inverted values; here v is the
+// stored value, so 255 - K = v_K and C = 255 - v_C, rounded as PIL's MULDIV255 rounds.
+at::Tensor inverted_cmyk_to_rgb(const at::Tensor& cmyk) {
+  auto rgb = at::empty({cmyk.size(0), cmyk.size(1), 3}, at::kByte);
+  const uint8_t* in = cmyk.data_ptr<uint8_t>();
+  uint8_t* out = rgb.data_ptr<uint8_t>();
+  const int64_t pixels = cmyk.size(0) * cmyk.size(1);
+  for (int64_t p = 0; p < pixels; ++p, in += 4, out += 3) {
+    const int not_black = in[3];
+    for (int c = 0; c < 3; ++c) {
+      const int product = (255 - in[c]) * not_black + 128;
+      const int value = not_black - (((product >> 8) + product) >> 8);
+      out[c] = static_cast<uint8_t>(value < 0 ? 0 : value > 255 ? 255 : value);
+    }
+  }
+  return rgb;
+}
+
 at::Tensor decode_jpeg(const std::string& path, std::string_view bytes) {
   JpegSession session;
   const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
   if (!start(session, data, bytes.size())) damaged(path, std::string("JPEG: ") + session.message);
   const J_COLOR_SPACE stored = session.info.jpeg_color_space;
-  if (stored == JCS_CMYK || stored == JCS_YCCK) {
-    damaged(path, "a CMYK JPEG is not read (save it as RGB)");
-  }
+  const bool cmyk = stored == JCS_CMYK || stored == JCS_YCCK;
   const int64_t width = session.info.image_width, height = session.info.image_height;
   if (width * height > kMaxImagePixels) {
     damaged(path, "the JPEG is " + std::to_string(width) + " x " + std::to_string(height) + " pixels; at most " +
                       std::to_string(kMaxImagePixels) + " pixels are read");
   }
-  auto picture = at::empty({height, width, 3}, at::kByte);
-  if (!read_pixels(session, picture.data_ptr<uint8_t>(), static_cast<size_t>(width) * 3)) {
+  const int64_t channels = cmyk ? 4 : 3;
+  auto picture = at::empty({height, width, channels}, at::kByte);
+  if (!read_pixels(session, cmyk ? JCS_CMYK : JCS_RGB, picture.data_ptr<uint8_t>(),
+                   static_cast<size_t>(width * channels))) {
     damaged(path, std::string("JPEG: ") + session.message);
   }
-  return picture;
+  return cmyk ? inverted_cmyk_to_rgb(picture) : picture;
 }
 
 }  // namespace remat::encoders::detail

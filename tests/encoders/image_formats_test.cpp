@@ -1,6 +1,8 @@
 // The formats read_image reads: lossless WebP round trips exactly (alpha dropped), JPEG comes
 // back within its compression error, BMP through stb_image; read_image_info names each format and
 // its size without decoding.
+#include <array>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -53,6 +55,27 @@ TEST(ImageFormats, JpegIsReadWithinItsCompressionError) {
   EXPECT_EQ(info.format, "jpeg");
   EXPECT_EQ(info.width, 48);
   EXPECT_EQ(info.height, 32);
+}
+
+TEST(ImageFormats, CmykJpegIsConvertedAsPilDoes) {
+  TempDir dir;
+  // 16 x 16 blocks of flat colour survive JPEG at quality 100 to within a level or two.
+  const std::vector<std::array<int, 4>> colours = {
+      {255, 128, 0, 255}, {200, 100, 50, 128}, {0, 0, 0, 255}, {255, 255, 255, 0}, {90, 180, 30, 200}, {10, 250, 120, 60}};
+  auto cmyk = torch::empty({16, 16 * static_cast<int64_t>(colours.size()), 4}, torch::kByte);
+  for (size_t i = 0; i < colours.size(); ++i)
+    for (int k = 0; k < 4; ++k) cmyk.slice(1, 16 * i, 16 * (i + 1)).select(2, k).fill_(colours[i][k]);
+  write_bytes(dir / "print.jpg", cmyk_jpeg_of(cmyk));
+  const auto rgb = read_image(dir / "print.jpg");
+  ASSERT_EQ(rgb.sizes(), (std::vector<int64_t>{16, 16 * static_cast<int64_t>(colours.size()), 3}));
+  // PIL's reading: stored values are Adobe's inverted CMYK, so ink C = 255 - v_C and the
+  // not-black fraction is v_K / 255; red = 255 * (1 - C / 255) * (1 - K / 255) = v_C * v_K / 255.
+  for (size_t i = 0; i < colours.size(); ++i)
+    for (int c = 0; c < 3; ++c) {
+      const double expected = colours[i][c] * colours[i][3] / 255.0;
+      const auto block = rgb.slice(1, 16 * i, 16 * (i + 1)).select(2, c).to(torch::kDouble);
+      EXPECT_LE((block - expected).abs().max().item<double>(), 2.5) << "colour " << i << " channel " << c;
+    }
 }
 
 TEST(ImageFormats, FormatIsToldByContentNotName) {

@@ -5,6 +5,9 @@
 #include <iterator>
 #include <stdexcept>
 
+#include <cstdio>
+
+#include <jpeglib.h>
 #include <libexif/exif-data.h>
 #include <webp/encode.h>
 
@@ -88,6 +91,33 @@ std::string jpeg_of(const at::Tensor& picture, int quality) {
                               static_cast<int>(p.size(2)), p.data_ptr<uint8_t>(), quality)) {
     throw std::runtime_error("stbi_write_jpg failed");
   }
+  return out;
+}
+
+std::string cmyk_jpeg_of(const at::Tensor& cmyk, int quality) {
+  const auto p = cmyk.contiguous();
+  jpeg_compress_struct info{};
+  jpeg_error_mgr errors{};
+  info.err = jpeg_std_error(&errors);  // errors exit the test program: inputs here are valid
+  jpeg_create_compress(&info);
+  unsigned char* buffer = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&info, &buffer, &size);
+  info.image_width = static_cast<JDIMENSION>(p.size(1));
+  info.image_height = static_cast<JDIMENSION>(p.size(0));
+  info.input_components = 4;
+  info.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&info);
+  jpeg_set_quality(&info, quality, TRUE);
+  jpeg_start_compress(&info, TRUE);
+  while (info.next_scanline < info.image_height) {
+    JSAMPROW row = p.data_ptr<uint8_t>() + info.next_scanline * p.size(1) * 4;
+    jpeg_write_scanlines(&info, &row, 1);
+  }
+  jpeg_finish_compress(&info);
+  std::string out(reinterpret_cast<const char*>(buffer), size);
+  jpeg_destroy_compress(&info);
+  std::free(buffer);
   return out;
 }
 

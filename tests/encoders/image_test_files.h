@@ -20,6 +20,9 @@ at::Tensor smooth_picture(int64_t height, int64_t width);
 
 /// Baseline JPEG (stb_image_write) of uint8 [h, w, 3] at `quality`.
 std::string jpeg_of(const at::Tensor& picture, int quality = 95);
+/// Four-component (CMYK) JPEG of uint8 [h, w, 4] by libjpeg, the stored values as given (with
+/// libjpeg's Adobe marker, as Photoshop writes them).
+std::string cmyk_jpeg_of(const at::Tensor& cmyk, int quality = 100);
 /// BMP (stb_image_write) of uint8 [h, w, 3].
 std::string bmp_of(const at::Tensor& picture);
 /// Lossless WebP (libwebp's WebPEncodeLosslessRGB / RGBA) of uint8 [h, w, 3 or 4].

@@ -4,7 +4,8 @@
 /// libwebp, PNG with stb_image after a check of every chunk's CRC, and BMP, TGA, GIF (first
 /// frame), PSD, HDR, PNM and PIC with stb_image; the format is told by the file's first bytes, not
 /// its name. Written: PNG with stb_image_write. A picture is an 8-bit RGB tensor
-/// [height, width, 3] (alpha dropped, grey expanded); the VAE sees [1, 3, height, width] floats in
+/// [height, width, 3] (alpha dropped, grey expanded, a CMYK JPEG converted as PIL converts it:
+/// Adobe's inverted CMYK); the VAE sees [1, 3, height, width] floats in
 /// [-1, 1].
 ///
 /// Orientation: the EXIF orientation tag (JPEG's APP1 Exif segment, PNG's eXIf chunk, WebP's EXIF
