@@ -34,15 +34,24 @@ std::string rate(int64_t count, double seconds, const char* unit) {
 }
 }  // namespace
 
+bool is_latent_cache_dir(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    if (entry.path().extension() == ".safetensors") return true;
+  }
+  return false;
+}
+
 bool is_image_run(const TrainConfig& config) {
+  // An explicit latent cache wins over data_backend_config: a SimpleTuner config pointed at
+  // already-encoded samples with --instance_data_dir trains on them (the trainer says so).
+  if (config.instance_data_dir && is_latent_cache_dir(*config.instance_data_dir)) return false;
   if (config.data_backend_config) return true;
   if (!config.instance_data_dir) return false;
   std::error_code ec;
   const fs::path dir(*config.instance_data_dir);
   if (!fs::is_directory(dir, ec)) return false;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".safetensors") return false;
-  }
   for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (data::is_image_file_name(it->path().string())) return true;

@@ -136,6 +136,21 @@ TEST_F(CacheTrainer, TrainsOnSeveralDatasetsOfAMultidatabackendFile) {
   EXPECT_TRUE(fs::is_directory(dir_ / "cache/vae-squares"));
 }
 
+TEST_F(CacheTrainer, ALatentCacheInstanceDataDirWinsOverDataBackendConfig) {
+  TrainConfig cfg;
+  cfg.data_backend_config = dir_ / "multidatabackend.json";
+  EXPECT_TRUE(is_image_run(cfg));
+  cfg.instance_data_dir = dir_ / "images";  // pictures: the backends describe the data
+  EXPECT_TRUE(is_image_run(cfg));
+  make_demo_dataset(dir_ / "latents", LatentLayout{"flux", 16, 2, true, false}, 1, 0);
+  cfg.instance_data_dir = dir_ / "latents";
+  EXPECT_FALSE(is_image_run(cfg));
+  cfg.data_backend_config.reset();
+  EXPECT_FALSE(is_image_run(cfg));
+  cfg.instance_data_dir = dir_ / "images";
+  EXPECT_TRUE(is_image_run(cfg));
+}
+
 TEST_F(CacheTrainer, AnUnsupportedBackendTypeFailsBeforeAnyModelLoads) {
   const std::string json = dir_ / "multidatabackend.json";
   std::ofstream(json) << R"([{"id": "in-the-cloud", "type": "aws", "aws_bucket_name": "b"}])";
