@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "caches_internal.h"
@@ -36,6 +37,21 @@ struct ImageJob {
 struct TextJob {
   std::string caption;
   std::string entry;
+};
+
+class GlobalGeneratorGuard {
+ public:
+  GlobalGeneratorGuard() : state_(at::detail::getDefaultCPUGenerator().get_state()) {}
+  ~GlobalGeneratorGuard() {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state_);
+  }
+  GlobalGeneratorGuard(const GlobalGeneratorGuard&) = delete;
+  GlobalGeneratorGuard& operator=(const GlobalGeneratorGuard&) = delete;
+
+ private:
+  at::Tensor state_;
 };
 
 at::ScalarType encoder_dtype(const std::string& name) {
@@ -73,6 +89,10 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
                          const CacheOptions& options) {
   // Idempotent; without it the per-phase peaks would read 0.
   memory::install_cpu_tracking();
+  // Loading an encoder initialises its modules from the global CPU generator before the weights
+  // replace them. Restoring the generator afterwards makes a run train the same whether its
+  // caches were cold (encoders loaded) or warm (nothing loaded).
+  GlobalGeneratorGuard keep_global_generator;
   const auto log = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
   encoders::FluxEncodersOptions base;
   base.dtype = encoder_dtype(options.dtype);

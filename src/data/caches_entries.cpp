@@ -67,11 +67,11 @@ int64_t remove_interrupted_writes(const std::string& dir) {
   for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const auto tmp = name.rfind(".tmp.");
-    // ".<file>.safetensors.tmp.XXXXXX": mkstemp's six characters after ".tmp.".
-    if (name.size() > 1 && name[0] == '.' && tmp != std::string::npos && name.size() == tmp + 5 + 6 &&
-        name.compare(0, tmp, name.substr(0, tmp)) == 0 && name.substr(0, tmp).size() > 12 &&
-        name.compare(tmp - 12, 12, ".safetensors") == 0) {
+    // ".<entry>.safetensors.tmp.XXXXXX": mkstemp's six characters after ".tmp.".
+    const std::string marker = ".safetensors.tmp.";
+    const auto at = name.rfind(marker);
+    if (name.size() > 1 && name[0] == '.' && at != std::string::npos && at > 1 &&
+        name.size() == at + marker.size() + 6) {
       leftovers.push_back(it->path());
     }
   }

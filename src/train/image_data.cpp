@@ -25,22 +25,33 @@ std::string reason_kind(const std::string& reason) {
   return colon == std::string::npos ? reason : reason.substr(0, colon);
 }
 
-std::string rate(int64_t count, double seconds) {
+// " (12.34 images/s)", or nothing when nothing was encoded.
+std::string rate(int64_t count, double seconds, const char* unit) {
+  if (count == 0 || seconds <= 0) return "";
   char out[64];
-  std::snprintf(out, sizeof(out), "%.2f/s", seconds > 0 ? static_cast<double>(count) / seconds : 0.0);
+  std::snprintf(out, sizeof(out), " (%.2f %s/s)", static_cast<double>(count) / seconds, unit);
   return out;
 }
 }  // namespace
 
+bool is_latent_cache_dir(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(path, ec)) {
+    if (entry.path().extension() == ".safetensors") return true;
+  }
+  return false;
+}
+
 bool is_image_run(const TrainConfig& config) {
+  // An explicit latent cache wins over data_backend_config: a SimpleTuner config pointed at
+  // already-encoded samples with --instance_data_dir trains on them (the trainer says so).
+  if (config.instance_data_dir && is_latent_cache_dir(*config.instance_data_dir)) return false;
   if (config.data_backend_config) return true;
   if (!config.instance_data_dir) return false;
   std::error_code ec;
   const fs::path dir(*config.instance_data_dir);
   if (!fs::is_directory(dir, ec)) return false;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".safetensors") return false;
-  }
   for (auto it = fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (data::is_image_file_name(it->path().string())) return true;
@@ -137,13 +148,14 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
 
 std::vector<std::string> describe_cache_report(const data::CacheReport& r) {
   std::vector<std::string> lines;
-  lines.push_back("[cache] VAE latents: " + std::to_string(r.images_encoded) + " encoded (" +
-                  rate(r.images_encoded, r.vae_seconds) + " images), " + std::to_string(r.images_reused) +
+  lines.push_back("[cache] VAE latents: " + std::to_string(r.images_encoded) + " encoded" +
+                  rate(r.images_encoded, r.vae_seconds, "images") + ", " + std::to_string(r.images_reused) +
                   " reused, " + std::to_string(r.images_failed) + " failed; peak " +
-                  memory::format_bytes(r.vae_peak_bytes));
-  lines.push_back("[cache] text embeddings: " + std::to_string(r.captions_encoded) + " encoded (" +
-                  rate(r.captions_encoded, r.text_seconds) + " captions), " + std::to_string(r.captions_reused) +
-                  " reused; peak " + memory::format_bytes(r.text_peak_bytes));
+                  (r.images_encoded + r.images_failed > 0 ? memory::format_bytes(r.vae_peak_bytes) : "- (VAE not loaded)"));
+  lines.push_back("[cache] text embeddings: " + std::to_string(r.captions_encoded) + " encoded" +
+                  rate(r.captions_encoded, r.text_seconds, "captions") + ", " + std::to_string(r.captions_reused) +
+                  " reused; peak " +
+                  (r.captions_encoded > 0 ? memory::format_bytes(r.text_peak_bytes) : "- (text encoders not loaded)"));
   for (const auto& problem : r.problems) lines.push_back("[cache] skipped: " + problem);
   return lines;
 }

@@ -151,6 +151,10 @@ void Trainer::setup() {
                           "folder of pictures with captions, or set data_backend_config");
   }
   if (!image_run) check_data_dir(*config_.instance_data_dir);
+  if (!image_run && config_.data_backend_config) {
+    hooks_.log("[train] instance_data_dir '" + *config_.instance_data_dir + "' is a latent cache: training on it; " +
+               "data_backend_config '" + *config_.data_backend_config + "' is not read");
+  }
   check_output_dir(config_.output_dir);
   for (const auto& line : remove_stale_checkpoint_temporaries(config_.output_dir)) {
     hooks_.log("[train] interrupted checkpoint save: " + line);

@@ -5,6 +5,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +16,7 @@
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/image_file.h"
 #include "remat/io/safetensors.h"
+#include "remat/memory.h"
 #include "temp_dir.h"
 
 namespace remat::data {
@@ -112,12 +115,33 @@ TEST_F(CacheBuild, SecondRunEncodesNothing) {
   const std::vector<ImageRecord> images = {add_image("a.png", "a red square", 1),
                                            add_image("sub/b.png", "a blue circle", 2),
                                            add_image("c.png", "a red square", 3)};
+  const auto global_before = at::detail::getDefaultCPUGenerator().get_state();
   const auto first = run(images);
+  // Loading the encoders drew from the global generator; the caching phase restored it.
+  EXPECT_TRUE(at::equal(at::detail::getDefaultCPUGenerator().get_state(), global_before));
   EXPECT_EQ(first.images_encoded, 3);
   EXPECT_EQ(first.images_reused, 0);
   EXPECT_EQ(first.captions_encoded, 3);  // two distinct captions and the empty one
   EXPECT_GT(first.vae_peak_bytes, 0);
   EXPECT_GT(first.text_peak_bytes, 0);
+  {
+    // One encoder at a time: the phases' peaks stay below the peak of the same work with all
+    // three encoders loaded together (what the caching phase avoids).
+    memory::PeakScope together;
+    encoders::FluxEncodersOptions all;
+    all.dtype = at::kFloat;
+    all.max_sequence_length = 16;
+    const auto folder = encoders::PipelineFolder::open(pipeline_->str(), encoders::flux_encoder_components(all));
+    auto flux = encoders::FluxEncoders::load(folder, all);
+    const auto picture = encoders::crop_picture(encoders::resize_picture(encoders::read_image(images[0].path), 24, 16), 4, 0, 16, 16);
+    flux.encode_image(encoders::picture_to_vae_input(picture), c10::nullopt);
+    flux.encode_prompt("a red square");
+    EXPECT_LT(first.vae_peak_bytes, together.peak_delta());
+    EXPECT_LT(first.text_peak_bytes, together.peak_delta());
+    std::printf("[ figures  ] caching peaks: VAE phase %lld B, text phase %lld B; all encoders together %lld B\n",
+                static_cast<long long>(first.vae_peak_bytes), static_cast<long long>(first.text_peak_bytes),
+                static_cast<long long>(together.peak_delta()));
+  }
   ASSERT_EQ(first.samples.size(), 1u);
   ASSERT_EQ(first.samples[0].size(), 3u);
   EXPECT_EQ(first.samples[0][1].latents_path, caches_ / "vae/sub/b.png.safetensors");

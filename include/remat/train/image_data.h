@@ -21,9 +21,13 @@ namespace remat::train {
 
 using LogFn = std::function<void(const std::string&)>;
 
-/// Whether `config` trains on pictures: data_backend_config is set, or instance_data_dir is a
-/// directory with no `.safetensors` file directly in it and at least one picture (at any depth).
-/// A directory of .safetensors samples is a latent cache, as before.
+/// Whether `path` is a latent-cache directory: a directory with a `.safetensors` file directly in it.
+REMAT_API bool is_latent_cache_dir(const std::string& path);
+
+/// Whether `config` trains on pictures: instance_data_dir is not a latent cache, and either
+/// data_backend_config is set or instance_data_dir holds at least one picture (at any depth).
+/// A latent-cache instance_data_dir wins over data_backend_config (the samples are already
+/// encoded; the trainer logs that the backends are not read).
 REMAT_API bool is_image_run(const TrainConfig& config);
 
 /// The datasets of an image run, scanned.
