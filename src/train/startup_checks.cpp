@@ -86,6 +86,30 @@ void check_dataset_fits_model(const LatentDataset& dataset, const ConditioningWi
   }
 }
 
+void check_cached_images_fit_model(const MultiDataset& dataset, const ConditioningWidths& model,
+                                   const std::string& model_name) {
+  const auto shapes = dataset.bucket_shapes();
+  if (shapes.empty()) return;
+  const SampleShape& shape = shapes.front();  // C, D and P agree across samples (open checks)
+  const auto& first = dataset.dataset(0).samples.front();
+  const auto mismatch = [&](const std::string& what, int64_t data, int64_t wanted, const std::string& field) {
+    throw ValidationError("pretrained_model_name_or_path", "",
+                          "[train] the pipeline folder's encoders give " + what + " = " + std::to_string(data) +
+                              " (e.g. '" + first.latents_path + "', '" + first.text_path + "'), but " + model_name +
+                              " reads " + std::to_string(wanted) + " (its " + field +
+                              "); use a transformer that matches the pipeline's VAE and text encoders");
+  };
+  if (model.text > 0 && shape.prompt_embeds[1] != model.text) {
+    mismatch("prompt_embeds width D", shape.prompt_embeds[1], model.text, "text width");
+  }
+  if (model.pooled > 0 && !shape.pooled_prompt_embeds.empty() && shape.pooled_prompt_embeds[0] != model.pooled) {
+    mismatch("pooled_prompt_embeds width P", shape.pooled_prompt_embeds[0], model.pooled, "pooled width");
+  }
+  if (model.channels > 0 && shape.latents[0] != model.channels) {
+    mismatch("latent channels C", shape.latents[0], model.channels, "latent channels");
+  }
+}
+
 void check_output_file(const std::string& path, const std::string& option) {
   const auto fail = [&](const std::string& why) {
     throw ValidationError(option, path, "[output] " + option + " must be a file in a writable directory, got '" +

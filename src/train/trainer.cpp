@@ -21,6 +21,7 @@
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
 #include "remat/train/family.h"
+#include "remat/train/image_data.h"
 #include "remat/train/optimizer.h"
 #include "remat/train/schedule.h"
 #include "remat/train/startup_checks.h"
@@ -94,6 +95,10 @@ class Trainer {
   void train_step(int64_t step);
   void flush_records(TrainResult& result, MetricsWriter& metrics, ProgressReporter& progress);
   Batch next_batch();
+  void setup_image_data();
+  void plan_epoch(int64_t epoch);
+  int64_t epoch_length() const;
+  Batch read_batch(int64_t i) const;
   std::string save_checkpoint();
   std::string save_weights();
   void resume(const std::string& path, int64_t batches_per_epoch);
@@ -110,7 +115,9 @@ class Trainer {
   const ModelFamily& family_;
   at::Device device_;
   int64_t seed_ = 0;
-  std::optional<LatentDataset> data_;
+  std::optional<LatentDataset> data_;     // a latent-cache directory, or
+  std::optional<MultiDataset> images_;   // the cached samples of an image run
+  std::vector<PlannedBatch> image_order_;
   std::unique_ptr<Transformer> model_;
   std::vector<std::pair<std::string, at::Tensor>> trainable_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
@@ -136,12 +143,18 @@ void Trainer::setup() {
   // before any model or data is loaded or any output written: the paths, the checkpoint names,
   // the model's memory, the data's shapes against the model. A run that fails, fails in seconds
   // with the option named, and leaves no metrics.jsonl behind.
-  if (!config_.instance_data_dir) {
+  const bool image_run = is_image_run(config_);
+  if (!config_.instance_data_dir && !image_run) {
     throw ValidationError("instance_data_dir", "",
                           "[train] instance_data_dir must name a latent-cache directory (one "
-                          ".safetensors per sample; `remat make-demo-data --output DIR` writes one)");
+                          ".safetensors per sample; `remat make-demo-data --output DIR` writes one) or a "
+                          "folder of pictures with captions, or set data_backend_config");
   }
-  check_data_dir(*config_.instance_data_dir);
+  if (!image_run) check_data_dir(*config_.instance_data_dir);
+  if (!image_run && config_.data_backend_config) {
+    hooks_.log("[train] instance_data_dir '" + *config_.instance_data_dir + "' is a latent cache: training on it; " +
+               "data_backend_config '" + *config_.data_backend_config + "' is not read");
+  }
   check_output_dir(config_.output_dir);
   for (const auto& line : remove_stale_checkpoint_temporaries(config_.output_dir)) {
     hooks_.log("[train] interrupted checkpoint save: " + line);
@@ -151,6 +164,11 @@ void Trainer::setup() {
   if (config_.resume_from_checkpoint) {
     resume_path = resolve_resume_path(*config_.resume_from_checkpoint, config_.output_dir);
   }
+
+  // An image run caches its latents and caption embeddings before the transformer loads, with
+  // one encoder in memory at a time (Note [Startup checks] still holds: the datasets and the
+  // pipeline folder are checked before any encoder loads).
+  if (image_run) setup_image_data();
 
   TransformerSpec spec;
   spec.family = config_.model_family;
@@ -169,10 +187,11 @@ void Trainer::setup() {
     use.lora_flag = "--model_type=lora";
     admit_model(spec, use, device_);
   }
-  data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
+  if (!image_run) data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
   if (family_.conditioning) {
     const std::string name = spec.config_json ? "the model of " + *spec.config_json : spec.preset;
-    check_dataset_fits_model(*data_, family_.conditioning(spec), name);
+    if (data_) check_dataset_fits_model(*data_, family_.conditioning(spec), name);
+    if (images_) check_cached_images_fit_model(*images_, family_.conditioning(spec), name);
   }
 
   model_ = make_transformer(spec, device_);
@@ -217,13 +236,46 @@ void Trainer::setup() {
   step_->add_observer(&peak_);
   if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing();
 
-  const int64_t batches_per_epoch = BatchSampler(data_->shapes(), config_.train_batch_size).batches_per_epoch();
+  const int64_t batches_per_epoch = images_ ? images_->batches_per_epoch()
+                                            : BatchSampler(data_->shapes(), config_.train_batch_size).batches_per_epoch();
   total_steps_ = config_.max_train_steps > 0 ? config_.max_train_steps : steps_for_epochs(batches_per_epoch);
   schedule_ = LrSchedule{parse_lr_scheduler(config_.lr_scheduler), config_.learning_rate,
                          config_.lr_warmup_steps, std::max<int64_t>(total_steps_, 1)};
 
   if (resume_path) resume(*resume_path, batches_per_epoch);
-  epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), position_.epoch, config_.train_batch_size);
+  plan_epoch(position_.epoch);
+}
+
+void Trainer::setup_image_data() {
+  const ScannedImageData scanned = scan_image_data(config_, hooks_.log);
+  image_pipeline_folder(config_);  // a clear error before the caching phase starts
+  const data::CacheReport report = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal);
+  for (const auto& line : describe_cache_report(report)) hooks_.log(line);
+  const auto datasets = cached_datasets(scanned, report);
+  if (datasets.empty()) {
+    throw ValidationError(config_.data_backend_config ? "data_backend_config" : "instance_data_dir",
+                          config_.data_backend_config.value_or(config_.instance_data_dir.value_or("")),
+                          "[train] no image could be encoded (see the skipped lines above)");
+  }
+  images_ = MultiDataset::open(datasets, report.empty_caption_path, family_.latents, config_.train_batch_size);
+  hooks_.log("[train] " + std::to_string(images_->batches_per_epoch()) + " batches per epoch from " +
+             std::to_string(datasets.size()) + " dataset(s)");
+}
+
+void Trainer::plan_epoch(int64_t epoch) {
+  if (images_) {
+    image_order_ = images_->epoch(static_cast<uint64_t>(seed_), epoch);
+  } else {
+    epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), epoch, config_.train_batch_size);
+  }
+}
+
+int64_t Trainer::epoch_length() const {
+  return static_cast<int64_t>(images_ ? image_order_.size() : epoch_order_.size());
+}
+
+Batch Trainer::read_batch(int64_t i) const {
+  return images_ ? images_->get_batch(image_order_[i]) : data_->get_batch(epoch_order_[i]);
 }
 
 // gradient_checkpointing_interval: auto. The profile runs on the first batch of epoch 0 (every
@@ -231,9 +283,17 @@ void Trainer::setup() {
 // weights, optimizer and generators as they were, so a run with auto trains exactly as one given
 // the chosen layout explicitly.
 void Trainer::plan_checkpointing() {
-  const auto batches = data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size);
-  TORCH_CHECK_VALUE(!batches.empty(), "[train] the dataset has no batches to profile");
-  const Batch batch = batch_to(data_->get_batch(batches.front()), device_);
+  Batch first;
+  if (images_) {
+    const auto batches = images_->epoch(static_cast<uint64_t>(seed_), 0);
+    TORCH_CHECK_VALUE(!batches.empty(), "[train] the dataset has no batches to profile");
+    first = images_->get_batch(batches.front());
+  } else {
+    const auto batches = data_->epoch_batches(static_cast<uint64_t>(seed_), 0, config_.train_batch_size);
+    TORCH_CHECK_VALUE(!batches.empty(), "[train] the dataset has no batches to profile");
+    first = data_->get_batch(batches.front());
+  }
+  const Batch batch = batch_to(first, device_);
   StepProfileOptions options;
   options.gradients_persist = config_.gradient_accumulation_steps > 1;
   try {
@@ -298,12 +358,12 @@ int64_t Trainer::steps_for_epochs(int64_t batches_per_epoch) const {
 }
 
 Batch Trainer::next_batch() {
-  if (position_.batch_in_epoch >= static_cast<int64_t>(epoch_order_.size())) {
+  if (position_.batch_in_epoch >= epoch_length()) {
     ++position_.epoch;
     position_.batch_in_epoch = 0;
-    epoch_order_ = data_->epoch_batches(static_cast<uint64_t>(seed_), position_.epoch, config_.train_batch_size);
+    plan_epoch(position_.epoch);
   }
-  return batch_to(data_->get_batch(epoch_order_[position_.batch_in_epoch++]), device_);
+  return batch_to(read_batch(position_.batch_in_epoch++), device_);
 }
 
 // Note [Reading the loss]

@@ -4,9 +4,13 @@
 /// embeddings, computed once and stored in the latent-cache formats training reads
 /// (remat/train/data.h), then reused while up to date.
 ///
-/// Files: one per image, CACHE_DIR_VAE/<relative path>.safetensors holding `latents`; one per
-/// distinct caption, TEXT_CACHE_DIR/<hash of caption and encoder>.safetensors holding
-/// `prompt_embeds` and `pooled_prompt_embeds`. Each is written atomically, with metadata: the
+/// Files: one per image, CACHE_DIR_VAE/<relative path>.safetensors holding `latents` (C, h, w) in
+/// float32 (encode_image's output: the posterior's sample, drawn with latent_sample_seed); one per
+/// distinct caption (and one for the empty caption, for caption dropout),
+/// TEXT_CACHE_DIR/<FNV-1a 128 of encoder identity NUL caption, 32 hex digits>.safetensors holding
+/// `prompt_embeds` and `pooled_prompt_embeds` in the encoders' dtype. The encoder identity hashes
+/// every file of the component directories (name, size, modification time) and config.json, with
+/// the dtype, the VAE seed and tiling, the text token count. Each is written atomically, with metadata: the
 /// source file, its size and modification time, the crop and bucket, the encoder's identity (and
 /// for text, the caption itself). An entry whose metadata does not match is stale and re-encoded;
 /// an interrupted run leaves only whole entries, so the next one resumes where it stopped.
@@ -55,7 +59,14 @@ struct CacheReport {
   std::vector<std::string> problems;  ///< images that failed to decode at encode time, with reasons
 };
 
+/// The seed of the generator that draws `relative_path`'s VAE posterior sample under run seed
+/// `seed`: the first 64 bits of FNV-1a 128 over "<seed>\0<relative_path>". A pure function, so the
+/// cached latents of an image are the same on every machine and every rerun.
+REMAT_API uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path);
+
 /// Brings every cache up to date for `datasets` (scanned) and returns where every sample lives.
+/// The global CPU generator is left as it was (loading an encoder draws from it), so what runs
+/// next does not depend on whether the caches were already up to date.
 /// A dataset's captions go to the cache_dir of its text_embeds backend in `backends`; the empty
 /// caption to the default one's.
 REMAT_API CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const DataBackendConfig& backends,

@@ -13,6 +13,7 @@
 /// ever group samples whose shapes are all equal (bucketing).
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -145,6 +146,92 @@ class REMAT_API LatentDataset {
   LatentLayout layout_;
   std::vector<std::string> paths_;
   std::vector<SampleShape> shapes_;
+};
+
+// ---- cached image datasets: latents and caption embeddings in separate files ----
+
+/// One sample of a cached image dataset: its latents file (key `latents`) and its caption's
+/// embeddings file (`prompt_embeds`, and `pooled_prompt_embeds` when pooled), in the formats above.
+struct PairedSampleFiles {
+  std::string latents_path;
+  std::string text_path;
+};
+
+/// One dataset of a run with SimpleTuner's sampling settings.
+struct PairedDatasetSpec {
+  std::string id;
+  std::vector<PairedSampleFiles> samples;
+  int64_t repeats = 0;                     ///< extra passes per epoch (0: each sample once)
+  double probability = 1.0;                ///< relative chance that a batch comes from it (0: never)
+  double caption_dropout_probability = 0;  ///< chance a sample trains with the empty caption
+};
+
+/// One batch of a MultiDataset epoch: samples of one bucket of one dataset.
+struct PlannedBatch {
+  int64_t dataset = 0;
+  std::vector<int64_t> samples;        ///< indices into that dataset's samples
+  std::vector<uint8_t> drop_caption;   ///< per sample: 1 = train with the empty caption
+};
+
+/// Several cached image datasets, sampled as SimpleTuner samples its backends.
+///
+/// Buckets: samples of a dataset with equal shapes (latents (C, H, W) and text (L, D), P).
+///
+/// Epoch `e` under `seed`, all draws from one local generator seeded from (seed, e):
+///  1. Per dataset with probability > 0, per bucket: the bucket's samples repeated repeats + 1
+///     times (each copy an occurrence) are shuffled and cut into batches of exactly batch_size;
+///     the remainder (< batch_size occurrences) is left out of this epoch, as SimpleTuner's
+///     sampler marks a bucket exhausted when fewer unseen samples than a batch remain (the
+///     shuffle leaves out different samples each epoch). A dataset's batches are then shuffled.
+///  2. Batches are interleaved: while any dataset has batches left, one of the datasets with
+///     batches left is drawn with chance proportional to its probability and gives its next
+///     batch (SimpleTuner's uniform data_backend_sampling: a weighted draw among the datasets
+///     not yet exhausted; the epoch ends when every one is). So every dataset is used in full
+///     each epoch; probability decides how early and how densely its batches come.
+///  3. Caption dropout: every occurrence, in epoch order, draws u ~ U[0, 1); u <
+///     caption_dropout_probability of its dataset trains it with the empty caption's embeddings.
+/// Processes: every rank computes the same epoch and keeps batches rank, rank + world_size, ...
+///
+/// A bucket with fewer than batch_size occurrences (samples x (repeats + 1)) can never fill a
+/// batch: open() refuses it as SimpleTuner does, naming the dataset, the bucket and the repeats
+/// that would make it fill one.
+class REMAT_API MultiDataset {
+ public:
+  /// Reads every sample's headers (both files) and checks them as LatentDataset::open does, plus:
+  /// the empty caption's embeddings (`empty_caption_path`) have the text shapes of every sample
+  /// of a dataset with caption_dropout_probability > 0; probability >= 0 with at least one > 0;
+  /// repeats >= 0; dropout in [0, 1]; every dataset non-empty; no bucket smaller than
+  /// `batch_size` occurrences. Throws c10::ValueError naming the dataset and file.
+  static MultiDataset open(std::vector<PairedDatasetSpec> datasets, const std::string& empty_caption_path,
+                           const LatentLayout& layout, int64_t batch_size);
+
+  const LatentLayout& layout() const { return layout_; }
+  int64_t num_datasets() const { return static_cast<int64_t>(datasets_.size()); }
+  const PairedDatasetSpec& dataset(int64_t d) const { return datasets_.at(d); }
+  /// Shape of sample i of dataset d.
+  const SampleShape& shape(int64_t d, int64_t i) const { return shapes_.at(d).at(i); }
+  /// One sample's shape per bucket, for checks against the model.
+  std::vector<SampleShape> bucket_shapes() const;
+  int64_t batch_size() const { return batch_size_; }
+
+  /// The batches of `epoch` for `rank` of `world_size` (see the class comment).
+  std::vector<PlannedBatch> epoch(uint64_t seed, int64_t epoch, int64_t rank = 0, int64_t world_size = 1) const;
+
+  /// Batches per epoch (all ranks): the sum over datasets with probability > 0 and their buckets
+  /// of floor(bucket size x (repeats + 1) / batch_size). Independent of seed and epoch.
+  int64_t batches_per_epoch() const;
+
+  /// Reads and stacks one planned batch; dropped captions read the empty caption's file.
+  /// Batch::indices are the dataset's sample indices.
+  Batch get_batch(const PlannedBatch& batch) const;
+
+ private:
+  LatentLayout layout_;
+  std::vector<PairedDatasetSpec> datasets_;
+  std::vector<std::vector<SampleShape>> shapes_;
+  std::vector<std::map<SampleShape, std::vector<int64_t>>> buckets_;  // per dataset
+  std::string empty_caption_path_;
+  int64_t batch_size_ = 1;
 };
 
 /// Shape and structure of a generated demo dataset.

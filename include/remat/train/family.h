@@ -78,6 +78,9 @@ struct ModelFamily {
       apply_flavour;
   /// What its latent cache holds.
   LatentLayout latents;
+  /// Whether remat encodes pictures and captions for this family (image datasets, `remat cache`):
+  /// Flux's VAE, CLIP and T5. Without it only latent caches train it.
+  bool encodes_images = false;
   CheckpointingCapabilities checkpointing;
   /// LoRA target presets (the first is the default) and the modules each one wraps.
   std::vector<std::string> lora_target_presets;

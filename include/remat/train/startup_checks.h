@@ -28,6 +28,11 @@ REMAT_API void check_data_dir(const std::string& dir);
 REMAT_API void check_dataset_fits_model(const LatentDataset& dataset, const ConditioningWidths& model,
                                         const std::string& model_name);
 
+/// check_dataset_fits_model for the cached samples of an image run (option data_backend_config
+/// or instance_data_dir): the widths of the model's encoders must be the transformer's.
+REMAT_API void check_cached_images_fit_model(const MultiDataset& dataset, const ConditioningWidths& model,
+                                             const std::string& model_name);
+
 /// A file an option will write at the end of a run (`remat bench --json PATH`): its directory
 /// must exist and accept new files (probed), and the path must not be a directory. Throws
 /// ValidationError naming `option`.

@@ -226,6 +226,7 @@ void register_family_flux() {
   f.apply_flavour = apply_flux_flavour;
   f.latents = LatentLayout{kName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
                            /*variable_text_length=*/false};
+  f.encodes_images = true;  // remat/encoders/flux_encoders.h
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
                      {"double blocks", "single blocks"}};
   f.lora_target_presets = models::flux_lora_target_preset_names();

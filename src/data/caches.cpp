@@ -1,0 +1,235 @@
+// The caching phase (remat/data/caches.h): which entries are current, the VAE phase, then the
+// text phase, each loading only its encoders and freeing them before the next one loads.
+#include "remat/data/caches.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "caches_internal.h"
+#include "remat/encoders/flux_encoders.h"
+#include "remat/encoders/image_file.h"
+#include "remat/error.h"
+#include "remat/io/safetensors.h"
+#include "remat/memory.h"
+
+namespace remat::data {
+namespace fs = std::filesystem;
+using detail::Metadata;
+
+uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path) {
+  const std::string hex = detail::fnv1a_128_hex(std::to_string(seed) + '\0' + relative_path);
+  return std::stoull(hex.substr(0, 16), nullptr, 16);
+}
+
+namespace {
+
+struct ImageJob {
+  const ImageRecord* record = nullptr;
+  std::string entry;
+  Metadata metadata;
+};
+
+struct TextJob {
+  std::string caption;
+  std::string entry;
+};
+
+class GlobalGeneratorGuard {
+ public:
+  GlobalGeneratorGuard() : state_(at::detail::getDefaultCPUGenerator().get_state()) {}
+  ~GlobalGeneratorGuard() {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(state_);
+  }
+  GlobalGeneratorGuard(const GlobalGeneratorGuard&) = delete;
+  GlobalGeneratorGuard& operator=(const GlobalGeneratorGuard&) = delete;
+
+ private:
+  at::Tensor state_;
+};
+
+at::ScalarType encoder_dtype(const std::string& name) {
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  if (name == "fp32" || name == "float32") return at::kFloat;
+  throw_value_error("[cache] dtype must be bf16 or fp32, got '" + name + "'");
+}
+
+void write_entry(const std::string& path, const std::vector<io::NamedTensor>& tensors, const Metadata& metadata) {
+  fs::create_directories(fs::path(path).parent_path());
+  io::save_safetensors(path, tensors, metadata);
+}
+
+// Decodes, resizes and crops one image as its TrainingCrop says, and encodes it.
+at::Tensor encode_record(encoders::FluxEncoders& flux, const ImageRecord& record, uint64_t seed) {
+  at::Tensor picture = encoders::read_image(record.path);
+  if (picture.size(1) != record.width || picture.size(0) != record.height) {
+    throw_value_error("[cache] '" + record.path + "' is " + std::to_string(picture.size(1)) + "x" +
+                      std::to_string(picture.size(0)) + " pixels, but was " + std::to_string(record.width) + "x" +
+                      std::to_string(record.height) + " when the dataset was scanned (changed during the run?)");
+  }
+  const auto& c = record.crop;
+  if (c.resized_width != record.width || c.resized_height != record.height) {
+    picture = encoders::resize_picture(picture, c.resized_width, c.resized_height);
+  }
+  picture = encoders::crop_picture(picture, c.crop_left, c.crop_top, c.width, c.height);
+  at::Generator generator =
+      at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(seed, record.relative_path));
+  return flux.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
+}
+
+}  // namespace
+
+CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const DataBackendConfig& backends,
+                         const CacheOptions& options) {
+  // Idempotent; without it the per-phase peaks would read 0.
+  memory::install_cpu_tracking();
+  // Loading an encoder initialises its modules from the global CPU generator before the weights
+  // replace them. Restoring the generator afterwards makes a run train the same whether its
+  // caches were cold (encoders loaded) or warm (nothing loaded).
+  GlobalGeneratorGuard keep_global_generator;
+  const auto log = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
+  encoders::FluxEncodersOptions base;
+  base.dtype = encoder_dtype(options.dtype);
+  base.max_sequence_length = options.tokenizer_max_length;
+  const auto folder =
+      encoders::PipelineFolder::open(options.pipeline_folder, encoders::flux_encoder_components(base));
+
+  // Identities: an entry made by other weights, another dtype, seed or token count is stale.
+  const std::string settings = std::string("|") + c10::toString(base.dtype);
+  const std::string vae_identity =
+      "vae:" + detail::component_identity(folder.directory("vae")) + settings + "|sample|seed " +
+      std::to_string(options.seed) + (options.vae_enable_tiling ? "|tiled" : "");
+  std::string text_identity = "text:";
+  for (const char* component : {"text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"}) {
+    text_identity += detail::component_identity(folder.directory(component)) + "|";
+  }
+  text_identity += settings + "|max_length " + std::to_string(options.tokenizer_max_length);
+
+  CacheReport report;
+  // ---- VAE latents ----
+  std::vector<ImageJob> image_jobs;
+  std::vector<std::vector<std::string>> latents_paths(datasets.size());
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const auto& dataset = datasets[d];
+    if (const auto removed = detail::remove_interrupted_writes(dataset.config.cache_dir_vae)) {
+      log("[cache] removed " + std::to_string(removed) + " partial file(s) an interrupted run left in " +
+          dataset.config.cache_dir_vae);
+    }
+    for (const auto& record : dataset.images) {
+      ImageJob job{&record, detail::image_entry_path(dataset.config.cache_dir_vae, record),
+                   detail::image_entry_metadata(record, vae_identity)};
+      latents_paths[d].push_back(job.entry);
+      if (detail::entry_is_current(job.entry, job.metadata, {"latents"})) {
+        ++report.images_reused;
+      } else {
+        image_jobs.push_back(std::move(job));
+      }
+    }
+  }
+  std::set<std::string> failed;
+  if (!image_jobs.empty()) {
+    memory::PeakScope peak;
+    encoders::FluxEncodersOptions vae_options = base;
+    vae_options.load_text = false;
+    auto flux = encoders::FluxEncoders::load(folder, vae_options);
+    if (options.vae_enable_tiling) flux.vae()->set_tiling(true);
+    detail::CacheProgress progress("[cache] VAE latents", "images", static_cast<int64_t>(image_jobs.size()),
+                                   options.terminal, log);
+    for (const auto& job : image_jobs) {
+      at::Tensor latents;
+      try {
+        latents = encode_record(flux, *job.record, options.seed);
+      } catch (const c10::Error& e) {
+        // A picture that cannot be decoded is reported and left out; the run goes on.
+        report.problems.push_back(job.record->path + ": " + e.what_without_backtrace());
+        failed.insert(job.entry);
+        ++report.images_failed;
+        progress.advance();
+        continue;
+      }
+      write_entry(job.entry, {{"latents", latents}}, job.metadata);
+      ++report.images_encoded;
+      progress.advance();
+    }
+    progress.finish();
+    report.vae_seconds = progress.elapsed_seconds();
+    report.vae_peak_bytes = peak.peak_delta();
+  }  // the VAE is freed here, before any text encoder loads
+
+  // ---- text embeddings ----
+  const TextEmbedsConfig* default_text = nullptr;
+  for (const auto& t : backends.text_embeds) {
+    if (t.is_default) default_text = &t;
+  }
+  if (!default_text && backends.text_embeds.size() == 1) default_text = &backends.text_embeds.front();
+  if (!default_text) {
+    throw_value_error("[cache] no default text_embeds backend: the empty caption (caption dropout) needs one "
+                      "(set \"default\": true on one \"dataset_type\": \"text_embeds\" backend)");
+  }
+  std::map<std::pair<std::string, std::string>, std::string> text_entries;  // (dir, caption) -> file
+  std::vector<TextJob> text_jobs;
+  const auto want_caption = [&](const std::string& dir, const std::string& caption) {
+    auto [it, inserted] = text_entries.emplace(std::make_pair(dir, caption), std::string());
+    if (!inserted) return it->second;
+    it->second = detail::text_entry_path(dir, caption, text_identity);
+    if (detail::entry_is_current(it->second, detail::text_entry_metadata(caption, text_identity),
+                                 {"prompt_embeds", "pooled_prompt_embeds"})) {
+      ++report.captions_reused;
+    } else {
+      text_jobs.push_back({caption, it->second});
+    }
+    return it->second;
+  };
+  std::set<std::string> cleaned;
+  for (const auto& t : backends.text_embeds) {
+    if (cleaned.insert(t.cache_dir).second) {
+      if (const auto removed = detail::remove_interrupted_writes(t.cache_dir)) {
+        log("[cache] removed " + std::to_string(removed) + " partial file(s) an interrupted run left in " +
+            t.cache_dir);
+      }
+    }
+  }
+  report.empty_caption_path = want_caption(default_text->cache_dir, "");
+  report.samples.resize(datasets.size());
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const auto& dataset = datasets[d];
+    const std::string& dir = dataset.config.text_embeds.empty()
+                                 ? default_text->cache_dir
+                                 : backends.text_embeds_of(dataset.config.text_embeds).cache_dir;
+    for (size_t i = 0; i < dataset.images.size(); ++i) {
+      if (failed.count(latents_paths[d][i])) continue;
+      const std::string text = want_caption(dir, dataset.images[i].caption);
+      report.samples[d].push_back({latents_paths[d][i], text, dataset.config.id});
+    }
+  }
+  if (!text_jobs.empty()) {
+    memory::PeakScope peak;
+    encoders::FluxEncodersOptions text_options = base;
+    text_options.load_vae = false;
+    auto flux = encoders::FluxEncoders::load(folder, text_options);
+    detail::CacheProgress progress("[cache] text embeddings", "captions", static_cast<int64_t>(text_jobs.size()),
+                                   options.terminal, log);
+    for (const auto& job : text_jobs) {
+      auto embeddings = flux.encode_prompt(job.caption);
+      for (const auto& warning : embeddings.warnings) log("[cache] " + warning);
+      write_entry(job.entry,
+                  {{"prompt_embeds", embeddings.prompt_embeds.contiguous()},
+                   {"pooled_prompt_embeds", embeddings.pooled_prompt_embeds.contiguous()}},
+                  detail::text_entry_metadata(job.caption, text_identity));
+      ++report.captions_encoded;
+      progress.advance();
+    }
+    progress.finish();
+    report.text_seconds = progress.elapsed_seconds();
+    report.text_peak_bytes = peak.peak_delta();
+  }
+  return report;
+}
+
+}  // namespace remat::data

@@ -1,0 +1,258 @@
+// The caching phase (remat/data/caches.h) on a tiny random-weight pipeline folder: reuse,
+// invalidation, resume after an interrupted run, bad pictures, and the cached tensors against the
+// encoders run independently on the same crop.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cstdio>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "remat/data/caches.h"
+#include "remat/encoders/demo_pipeline.h"
+#include "remat/encoders/flux_encoders.h"
+#include "remat/encoders/image_file.h"
+#include "remat/io/safetensors.h"
+#include "remat/memory.h"
+#include "temp_dir.h"
+
+namespace remat::data {
+namespace {
+
+namespace fs = std::filesystem;
+using remat::testing::TempDir;
+
+// One tiny pipeline folder for the whole suite (writing it trains a SentencePiece model).
+class CacheBuild : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pipeline_ = std::make_unique<TempDir>("cache_pipeline");
+    encoders::DemoPipelineOptions options;
+    options.dtype = "fp32";
+    encoders::write_demo_pipeline(pipeline_->str(), options);
+  }
+  static void TearDownTestSuite() { pipeline_.reset(); }
+
+  // A 48x32 picture with a pattern that depends on `shade`, and its record: resized to 24x16,
+  // then the 16x16 box at (4, 0) (a bucket of 16x16).
+  ImageRecord add_image(const std::string& relative, const std::string& caption, int shade) {
+    const fs::path path = fs::path(images_.str()) / relative;
+    fs::create_directories(path.parent_path());
+    auto picture = (at::arange(48 * 32 * 3, at::kInt).view({32, 48, 3}) * (shade + 1) % 251).to(at::kByte);
+    encoders::write_png(path.string(), picture);
+    ImageRecord record;
+    record.path = path.string();
+    record.relative_path = relative;
+    record.width = 48;
+    record.height = 32;
+    record.caption = caption;
+    record.crop = TrainingCrop{24, 16, 4, 0, 16, 16};
+    restat(record);
+    return record;
+  }
+
+  // What a fresh scan would record about the file now.
+  static void restat(ImageRecord& record) {
+    record.file_size = static_cast<int64_t>(fs::file_size(record.path));
+    record.mtime_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          fs::last_write_time(record.path).time_since_epoch())
+                          .count();
+  }
+
+  ScannedDataset dataset(std::vector<ImageRecord> images) const {
+    ScannedDataset d;
+    d.config.id = "pictures";
+    d.config.instance_data_dir = images_.str();
+    d.config.cache_dir_vae = caches_ / "vae";
+    d.config.text_embeds = "text";
+    d.images = std::move(images);
+    return d;
+  }
+
+  DataBackendConfig backends() const {
+    DataBackendConfig b;
+    b.text_embeds.push_back({"text", caches_ / "text", true});
+    return b;
+  }
+
+  CacheOptions options() const {
+    CacheOptions o;
+    o.pipeline_folder = pipeline_->str();
+    o.dtype = "fp32";
+    o.tokenizer_max_length = 16;
+    o.seed = 42;
+    o.log = [](const std::string&) {};
+    return o;
+  }
+
+  CacheReport run(const std::vector<ImageRecord>& images) {
+    return build_caches({dataset(images)}, backends(), options());
+  }
+
+  static std::unique_ptr<TempDir> pipeline_;
+  TempDir images_{"cache_images"};
+  TempDir caches_{"cache_dirs"};
+};
+
+std::unique_ptr<TempDir> CacheBuild::pipeline_;
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(CacheSeeds, LatentSampleSeedIsFnv1a128OfSeedAndPath) {
+  // First 64 bits of FNV-1a 128 over "<seed>\0<path>", computed with an independent
+  // implementation (Python big integers).
+  EXPECT_EQ(latent_sample_seed(0, "a"), 0xa68c8d98fb8b5822ull);
+  EXPECT_EQ(latent_sample_seed(42, "cats/tabby.png"), 0x1f9a411d2458898full);
+}
+
+TEST_F(CacheBuild, SecondRunEncodesNothing) {
+  const std::vector<ImageRecord> images = {add_image("a.png", "a red square", 1),
+                                           add_image("sub/b.png", "a blue circle", 2),
+                                           add_image("c.png", "a red square", 3)};
+  const auto global_before = at::detail::getDefaultCPUGenerator().get_state();
+  const auto first = run(images);
+  // Loading the encoders drew from the global generator; the caching phase restored it.
+  EXPECT_TRUE(at::equal(at::detail::getDefaultCPUGenerator().get_state(), global_before));
+  EXPECT_EQ(first.images_encoded, 3);
+  EXPECT_EQ(first.images_reused, 0);
+  EXPECT_EQ(first.captions_encoded, 3);  // two distinct captions and the empty one
+  EXPECT_GT(first.vae_peak_bytes, 0);
+  EXPECT_GT(first.text_peak_bytes, 0);
+  {
+    // One encoder at a time: the phases' peaks stay below the peak of the same work with all
+    // three encoders loaded together (what the caching phase avoids).
+    memory::PeakScope together;
+    encoders::FluxEncodersOptions all;
+    all.dtype = at::kFloat;
+    all.max_sequence_length = 16;
+    const auto folder = encoders::PipelineFolder::open(pipeline_->str(), encoders::flux_encoder_components(all));
+    auto flux = encoders::FluxEncoders::load(folder, all);
+    const auto picture = encoders::crop_picture(encoders::resize_picture(encoders::read_image(images[0].path), 24, 16), 4, 0, 16, 16);
+    flux.encode_image(encoders::picture_to_vae_input(picture), c10::nullopt);
+    flux.encode_prompt("a red square");
+    EXPECT_LT(first.vae_peak_bytes, together.peak_delta());
+    EXPECT_LT(first.text_peak_bytes, together.peak_delta());
+    std::printf("[ figures  ] caching peaks: VAE phase %lld B, text phase %lld B; all encoders together %lld B\n",
+                static_cast<long long>(first.vae_peak_bytes), static_cast<long long>(first.text_peak_bytes),
+                static_cast<long long>(together.peak_delta()));
+  }
+  ASSERT_EQ(first.samples.size(), 1u);
+  ASSERT_EQ(first.samples[0].size(), 3u);
+  EXPECT_EQ(first.samples[0][1].latents_path, caches_ / "vae/sub/b.png.safetensors");
+  EXPECT_EQ(first.samples[0][0].text_path, first.samples[0][2].text_path);  // one file per caption
+  EXPECT_NE(first.samples[0][0].text_path, first.samples[0][1].text_path);
+  EXPECT_TRUE(fs::is_regular_file(first.empty_caption_path));
+
+  const auto second = run(images);
+  EXPECT_EQ(second.images_encoded, 0);
+  EXPECT_EQ(second.images_reused, 3);
+  EXPECT_EQ(second.captions_encoded, 0);
+  EXPECT_EQ(second.captions_reused, 3);
+  EXPECT_EQ(second.vae_peak_bytes, 0);  // no encoder was loaded
+  EXPECT_EQ(second.text_peak_bytes, 0);
+}
+
+TEST_F(CacheBuild, ATouchedImageOrAnEditedCaptionIsReencodedAlone) {
+  std::vector<ImageRecord> images = {add_image("a.png", "one", 1), add_image("b.png", "two", 2),
+                                     add_image("c.png", "three", 3)};
+  const auto first = run(images);
+  const std::string untouched = contents(first.samples[0][0].latents_path);
+
+  // touch b.png: a new modification time, same pixels
+  fs::last_write_time(images[1].path, fs::last_write_time(images[1].path) + std::chrono::seconds(5));
+  restat(images[1]);
+  auto report = run(images);
+  EXPECT_EQ(report.images_encoded, 1);
+  EXPECT_EQ(report.images_reused, 2);
+  EXPECT_EQ(report.captions_encoded, 0);
+  EXPECT_EQ(contents(first.samples[0][0].latents_path), untouched);
+  const auto file = io::SafetensorsFile::open(report.samples[0][1].latents_path);
+  EXPECT_EQ(file.metadata().at("remat.source_mtime_ns"), std::to_string(images[1].mtime_ns));
+
+  // edit c's caption: exactly that caption is encoded
+  images[2].caption = "three, edited";
+  report = run(images);
+  EXPECT_EQ(report.images_encoded, 0);
+  EXPECT_EQ(report.captions_encoded, 1);
+  EXPECT_EQ(report.captions_reused, 3);  // "one", "two", ""
+  const auto text = io::SafetensorsFile::open(report.samples[0][2].text_path);
+  EXPECT_EQ(text.metadata().at("remat.caption"), "three, edited");
+
+  // a new crop (another bucket) is a new entry too
+  images[0].crop = TrainingCrop{24, 16, 0, 0, 16, 16};
+  EXPECT_EQ(run(images).images_encoded, 1);
+}
+
+TEST_F(CacheBuild, AnInterruptedRunResumesWhereItStopped) {
+  const std::vector<ImageRecord> images = {add_image("a.png", "one", 1), add_image("b.png", "two", 2),
+                                           add_image("c.png", "three", 3), add_image("d.png", "four", 4)};
+  const auto first = run(images);
+  // What a killed run leaves: entries not yet written, a save stopped before its rename (the
+  // temporary file beside the entry), and never a half entry under the real name; a truncated
+  // entry (a disk error) is treated the same.
+  fs::remove(first.samples[0][0].latents_path);
+  fs::remove(first.samples[0][3].text_path);
+  const std::string leftover = caches_ / "vae/.b.png.safetensors.tmp.Ab12Cd";
+  std::ofstream(leftover) << "partial";
+  const std::string truncated = first.samples[0][2].latents_path;
+  fs::resize_file(truncated, fs::file_size(truncated) / 2);
+
+  const auto resumed = run(images);
+  EXPECT_EQ(resumed.images_encoded, 2);  // a (missing) and c (truncated)
+  EXPECT_EQ(resumed.images_reused, 2);
+  EXPECT_EQ(resumed.captions_encoded, 1);  // "four"
+  EXPECT_FALSE(fs::exists(leftover));
+  EXPECT_EQ(run(images).images_encoded, 0);
+}
+
+TEST_F(CacheBuild, CachedTensorsAreTheEncodersOutputsOnTheSameCrop) {
+  const auto record = add_image("x.png", "a green triangle", 5);
+  const auto report = run({record});
+
+  // Independently: decode, resize, crop by slicing, encode with the documented generator seed.
+  encoders::FluxEncodersOptions options;
+  options.dtype = at::kFloat;
+  options.max_sequence_length = 16;
+  const auto folder = encoders::PipelineFolder::open(pipeline_->str(), encoders::flux_encoder_components(options));
+  auto flux = encoders::FluxEncoders::load(folder, options);
+  const auto resized = encoders::resize_picture(encoders::read_image(record.path), 24, 16);
+  const auto crop = resized.slice(0, 0, 16).slice(1, 4, 20).contiguous();
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(42, "x.png"));
+  const auto expected = flux.encode_image(encoders::picture_to_vae_input(crop), generator);
+  const auto cached = io::SafetensorsFile::open(report.samples[0][0].latents_path).tensor("latents");
+  const int64_t f = flux.vae_scale_factor();
+  EXPECT_EQ(cached.sizes(), (std::vector<int64_t>{16, 16 / f, 16 / f}));
+  EXPECT_TRUE(at::equal(cached, expected));
+
+  const auto embeddings = flux.encode_prompt("a green triangle");
+  const auto text = io::SafetensorsFile::open(report.samples[0][0].text_path);
+  EXPECT_TRUE(at::equal(text.tensor("prompt_embeds"), embeddings.prompt_embeds));
+  EXPECT_TRUE(at::equal(text.tensor("pooled_prompt_embeds"), embeddings.pooled_prompt_embeds));
+  const auto empty = flux.encode_prompt("");
+  EXPECT_TRUE(at::equal(io::SafetensorsFile::open(report.empty_caption_path).tensor("prompt_embeds"),
+                        empty.prompt_embeds));
+}
+
+TEST_F(CacheBuild, APictureThatCannotBeDecodedIsReportedNotFatal) {
+  auto good = add_image("good.png", "fine", 1);
+  auto bad = add_image("bad.png", "broken", 2);
+  fs::resize_file(bad.path, 0);  // emptied after the scan
+  restat(bad);
+  const auto report = run({good, bad});
+  EXPECT_EQ(report.images_encoded, 1);
+  EXPECT_EQ(report.images_failed, 1);
+  ASSERT_EQ(report.problems.size(), 1u);
+  EXPECT_NE(report.problems[0].find("bad.png"), std::string::npos) << report.problems[0];
+  ASSERT_EQ(report.samples[0].size(), 1u);
+  EXPECT_EQ(report.samples[0][0].latents_path, caches_ / "vae/good.png.safetensors");
+  EXPECT_FALSE(fs::exists(caches_ / "vae/bad.png.safetensors"));
+}
+
+}  // namespace
+}  // namespace remat::data
