@@ -312,9 +312,11 @@ std::vector<OptionSpec> build_registry() {
           "Path to your SimpleTuner dataset configuration (multidatabackend.json)")
       .nullable()
       .tooltip("A JSON list of datasets: local image folders (\"type\": \"local\") with their captions, "
-               "buckets and caches, and \"dataset_type\": \"text_embeds\" caches. Used instead of "
-               "instance_data_dir. Keys remat does not implement are listed in one warning; backend "
-               "types other than local (aws, csv, huggingface, ...) and values remat does not support "
+               "buckets and caches, and \"dataset_type\": \"text_embeds\" caches. Used instead of an "
+               "instance_data_dir of images; an instance_data_dir that is a latent cache wins (its "
+               "samples are already encoded, and the run says the file is not read). Keys remat does "
+               "not implement are listed in one warning; backend types other than local (aws, csv, "
+               "huggingface, ...) and values remat does not support "
                "are errors before any model loads. See docs/YOUR_DATA.md and SimpleTuner's "
                "DATALOADER.md."));
   add(Opt(kData, "cache_dir", T::Path, bind_field(&C::cache_dir),
