@@ -126,7 +126,7 @@ int64_t lora_numel(torch::nn::Module& model) {
 
 TEST_F(LoraTest, LinearLayersAndLoraCountsWithoutBuilding) {
   for (const std::string name : {"flux-tiny", "flux-small"}) {
-    for (const std::string preset : flux_lora_target_preset_names()) {
+    for (const std::string& preset : flux_lora_target_preset_names()) {
       SCOPED_TRACE(name + " " + preset);
       if (name == "flux-tiny" && (preset == "tiny" || preset == "nano")) continue;  // blocks 7 and 20 only
       Flux model(FluxConfig::preset(name));

@@ -225,7 +225,9 @@ TEST_F(Optimizers, AdamWBF16FirstMomentAsSimpleTunerComputesIt) {
     p.mutable_grad() = at::ones({8});
     opt->step();
     for (const auto& [name, tensor] : optimizer_state(*opt, named)) {
-      if (name == "p.exp_avg") EXPECT_TRUE(torch::allclose(tensor.to(at::kFloat), at::full({8}, want))) << want;
+      if (name == "p.exp_avg") {
+        EXPECT_TRUE(torch::allclose(tensor.to(at::kFloat), at::full({8}, want))) << want;
+      }
     }
   }
 }

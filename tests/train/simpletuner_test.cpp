@@ -133,7 +133,9 @@ TEST(SimpleTunerKeys, TheTableAgreesWithTheRegistry) {
       EXPECT_EQ(find_option(st.name), nullptr) << st.name << " is implemented but grouped as " << st.group;
       EXPECT_TRUE(groups.count(st.group)) << st.name << ": group " << st.group;
     }
-    if (st.changes_training) EXPECT_FALSE(st.effect.empty()) << st.name;
+    if (st.changes_training) {
+      EXPECT_FALSE(st.effect.empty()) << st.name;
+    }
   }
   // remat's own options (not SimpleTuner's names).
   const std::set<std::string> own = {"pretrained_transformer_config", "instance_data_dir", "crop", "crop_style",
