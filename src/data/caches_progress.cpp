@@ -5,30 +5,9 @@
 #include <cstdio>
 
 #include "caches_internal.h"
+#include "remat/duration.h"
 
 namespace remat::data::detail {
-namespace {
-
-// train/progress.h's format ("850ms", "12.3s", "1m05s"), restated: the data layer sits below
-// train and cannot call it.
-std::string format_duration(double seconds) {
-  char out[64];
-  if (seconds < 1.0) {
-    std::snprintf(out, sizeof(out), "%.0fms", seconds * 1e3);
-  } else if (seconds < 60.0) {
-    std::snprintf(out, sizeof(out), "%.1fs", seconds);
-  } else {
-    const long long whole = std::llround(seconds);
-    if (whole >= 3600) {
-      std::snprintf(out, sizeof(out), "%lldh%lldm%02llds", whole / 3600, (whole % 3600) / 60, whole % 60);
-    } else {
-      std::snprintf(out, sizeof(out), "%lldm%02llds", whole / 60, whole % 60);
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 CacheProgress::CacheProgress(std::string label, std::string unit, int64_t total, bool terminal,
                              std::function<void(const std::string&)> log)

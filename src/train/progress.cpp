@@ -41,18 +41,6 @@ void MetricsWriter::write(const StepRecord& r) {
   TORCH_CHECK(out_.good(), "[metrics] writing ", path_, " failed");
 }
 
-std::string format_duration(double seconds) {
-  if (seconds < 1.0) return printf_string("%.0fms", seconds * 1e3);
-  if (seconds < 60.0) return printf_string("%.1fs", seconds);
-  const int64_t whole = static_cast<int64_t>(std::lround(seconds));
-  std::ostringstream out;
-  if (whole >= 3600) out << whole / 3600 << "h";
-  out << (whole % 3600) / 60 << "m";
-  const int64_t s = whole % 60;
-  out << (s < 10 ? "0" : "") << s << "s";
-  return out.str();
-}
-
 ProgressReporter::ProgressReporter(int64_t total_steps, bool is_terminal, std::FILE* out,
                                    int64_t log_every)
     : total_(std::max<int64_t>(total_steps, 1)),

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "remat/train/config.h"
 
@@ -64,50 +65,56 @@ void check_data_dir(const std::string& dir) {
   }
 }
 
+namespace {
+
+// The first width in which samples of `shape` and the model disagree.
+struct WidthMismatch {
+  std::string what;   // "prompt_embeds width D"
+  int64_t data = 0;
+  int64_t wanted = 0;
+  std::string field;  // the model's name for it: "text width"
+};
+
+std::optional<WidthMismatch> width_mismatch(const SampleShape& shape, const ConditioningWidths& model) {
+  if (model.text > 0 && shape.prompt_embeds[1] != model.text) {
+    return WidthMismatch{"prompt_embeds width D", shape.prompt_embeds[1], model.text, "text width"};
+  }
+  if (model.pooled > 0 && !shape.pooled_prompt_embeds.empty() && shape.pooled_prompt_embeds[0] != model.pooled) {
+    return WidthMismatch{"pooled_prompt_embeds width P", shape.pooled_prompt_embeds[0], model.pooled, "pooled width"};
+  }
+  if (model.channels > 0 && shape.latents[0] != model.channels) {
+    return WidthMismatch{"latent channels C", shape.latents[0], model.channels, "latent channels"};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void check_dataset_fits_model(const LatentDataset& dataset, const ConditioningWidths& model,
                               const std::string& model_name) {
   if (dataset.size() == 0) return;
-  const SampleShape& shape = dataset.shape(0);  // C, D and P agree across samples (open checks)
-  const auto mismatch = [&](const std::string& what, int64_t data, int64_t wanted, const std::string& field) {
-    throw ValidationError("instance_data_dir", dataset.directory(),
-                          "[train] instance_data_dir '" + dataset.directory() + "' holds samples with " + what +
-                              " = " + std::to_string(data) + " (e.g. '" + dataset.path(0) + "'), but " +
-                              model_name + " reads " + std::to_string(wanted) + " (its " + field +
-                              "); use data made for this model, or the model the data was made for");
-  };
-  if (model.text > 0 && shape.prompt_embeds[1] != model.text) {
-    mismatch("prompt_embeds width D", shape.prompt_embeds[1], model.text, "text width");
-  }
-  if (model.pooled > 0 && !shape.pooled_prompt_embeds.empty() && shape.pooled_prompt_embeds[0] != model.pooled) {
-    mismatch("pooled_prompt_embeds width P", shape.pooled_prompt_embeds[0], model.pooled, "pooled width");
-  }
-  if (model.channels > 0 && shape.latents[0] != model.channels) {
-    mismatch("latent channels C", shape.latents[0], model.channels, "latent channels");
-  }
+  // C, D and P agree across samples (open checks them), so the first sample speaks for all.
+  const auto m = width_mismatch(dataset.shape(0), model);
+  if (!m) return;
+  throw ValidationError("instance_data_dir", dataset.directory(),
+                        "[train] instance_data_dir '" + dataset.directory() + "' holds samples with " + m->what +
+                            " = " + std::to_string(m->data) + " (e.g. '" + dataset.path(0) + "'), but " +
+                            model_name + " reads " + std::to_string(m->wanted) + " (its " + m->field +
+                            "); use data made for this model, or the model the data was made for");
 }
 
 void check_cached_images_fit_model(const MultiDataset& dataset, const ConditioningWidths& model,
                                    const std::string& model_name) {
   const auto shapes = dataset.bucket_shapes();
   if (shapes.empty()) return;
-  const SampleShape& shape = shapes.front();  // C, D and P agree across samples (open checks)
+  const auto m = width_mismatch(shapes.front(), model);  // C, D and P agree across buckets
+  if (!m) return;
   const auto& first = dataset.dataset(0).samples.front();
-  const auto mismatch = [&](const std::string& what, int64_t data, int64_t wanted, const std::string& field) {
-    throw ValidationError("pretrained_model_name_or_path", "",
-                          "[train] the pipeline folder's encoders give " + what + " = " + std::to_string(data) +
-                              " (e.g. '" + first.latents_path + "', '" + first.text_path + "'), but " + model_name +
-                              " reads " + std::to_string(wanted) + " (its " + field +
-                              "); use a transformer that matches the pipeline's VAE and text encoders");
-  };
-  if (model.text > 0 && shape.prompt_embeds[1] != model.text) {
-    mismatch("prompt_embeds width D", shape.prompt_embeds[1], model.text, "text width");
-  }
-  if (model.pooled > 0 && !shape.pooled_prompt_embeds.empty() && shape.pooled_prompt_embeds[0] != model.pooled) {
-    mismatch("pooled_prompt_embeds width P", shape.pooled_prompt_embeds[0], model.pooled, "pooled width");
-  }
-  if (model.channels > 0 && shape.latents[0] != model.channels) {
-    mismatch("latent channels C", shape.latents[0], model.channels, "latent channels");
-  }
+  throw ValidationError("pretrained_model_name_or_path", "",
+                        "[train] the pipeline folder's encoders give " + m->what + " = " + std::to_string(m->data) +
+                            " (e.g. '" + first.latents_path + "', '" + first.text_path + "'), but " + model_name +
+                            " reads " + std::to_string(m->wanted) + " (its " + m->field +
+                            "); use a transformer that matches the pipeline's VAE and text encoders");
 }
 
 void check_output_file(const std::string& path, const std::string& option) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/duration.h"
 #include "remat/export.h"
 
 namespace remat::train {
@@ -36,8 +37,8 @@ class REMAT_API MetricsWriter {
   std::string path_;
 };
 
-/// Formats seconds as "1m05s" / "12.3s" / "850ms".
-REMAT_API std::string format_duration(double seconds);
+/// Durations in progress lines: "1m05s" / "12.3s" / "850ms" (remat/duration.h).
+using remat::format_duration;
 
 /// The progress display. On a terminal it redraws one line:
 ///   step 12/60 [#####.......] loss 0.4231 lr 1.0e-04 1.23s/step ETA 59s peak 812.0 MiB
