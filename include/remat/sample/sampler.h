@@ -1,0 +1,62 @@
+#pragma once
+/// \file
+/// Flux.1 text-to-image sampling (diffusers' FluxPipeline.__call__, PIPELINE.md §1-2) on a
+/// transformer that is already built: the denoising loop from prompt embeddings to latents, and
+/// the conversion of decoded pictures to 8-bit pixels. `remat sample` (remat/sample/pipeline.h)
+/// and validation during training both run exactly this loop.
+
+#include <cstdint>
+#include <functional>
+
+#include <ATen/Tensor.h>
+
+#include "remat/export.h"
+#include "remat/models/flux.h"
+#include "remat/sample/scheduler.h"
+
+namespace remat::sample {
+
+/// One prompt, encoded (remat/encoders/flux_encoders.h FluxPromptEmbeddings, without batch dim).
+struct PromptEmbeddings {
+  at::Tensor prompt_embeds;         ///< T5 hidden states (N_t, joint_attention_dim)
+  at::Tensor pooled_prompt_embeds;  ///< CLIP pooled output (pooled_projection_dim)
+};
+
+/// What one picture is sampled with.
+struct SamplingSettings {
+  int64_t width = 1024;   ///< pixels, a multiple of 16
+  int64_t height = 1024;  ///< pixels, a multiple of 16
+  int64_t num_inference_steps = 28;
+  /// The embedded guidance of guidance-distilled models (transformer config guidance_embeds);
+  /// ignored by models without it.
+  double guidance_scale = 3.5;
+  /// True classifier-free guidance: > 1 with a negative prompt runs a second transformer pass per
+  /// step and uses v_neg + scale (v_pos - v_neg).
+  double true_cfg_scale = 1.0;
+  /// Real CFG only from this step index on (SimpleTuner's validation_no_cfg_until_timestep).
+  int64_t no_cfg_until_step = 0;
+  /// Seed of the CPU generator the initial noise is drawn from (same seed, same picture).
+  uint64_t seed = 0;
+};
+
+/// Called after each denoising step with (steps done, total steps).
+using StepCallback = std::function<void(int64_t, int64_t)>;
+
+/// FluxPipeline's denoising loop on `transformer` (any dtype, any device; its current training /
+/// eval mode and LoRA branches are used as they are; gradients are not recorded). The initial noise
+/// (1, C, 2 floor(H/16), 2 floor(W/16)) is drawn on the CPU from a generator seeded with
+/// settings.seed, in the dtype of positive.prompt_embeds, then moved to the transformer's device;
+/// no global random state is touched. `negative` is used only when settings.true_cfg_scale > 1.
+/// Returns the final latents (C, h, w) in float32 on the CPU, in the transformer's latent space
+/// (before the VAE's scaling and shift). Throws c10::ValueError for a width or height that is not
+/// a positive multiple of 16, embeddings that do not fit the transformer, or steps < 1.
+REMAT_API at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig& scheduler,
+                             const PromptEmbeddings& positive, const PromptEmbeddings* negative,
+                             const SamplingSettings& settings, const StepCallback& on_step = {});
+
+/// diffusers' VaeImageProcessor.postprocess to PIL: a decoded picture (1, 3, H, W) or (3, H, W),
+/// roughly in [-1, 1], -> (x * 0.5 + 0.5).clamp(0, 1) in its dtype, then * 255 in float32 rounded
+/// half to even -> uint8 (H, W, 3) on the CPU.
+REMAT_API at::Tensor to_uint8_image(const at::Tensor& decoded);
+
+}  // namespace remat::sample

@@ -1,0 +1,2 @@
+// Implementation of remat/sample/sampler.h: being written (issue 13).
+#include "remat/sample/sampler.h"

@@ -1,0 +1,2 @@
+// Implementation of remat/sample/scheduler.h: being written (issue 13).
+#include "remat/sample/scheduler.h"
