@@ -1,0 +1,326 @@
+// The demo quality check (remat/train/demo_quality.h): latent features, the nearest-centroid
+// classifier, and the comparison of the base model's samples with the trained LoRA's.
+#include "remat/train/demo_quality.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "remat/error.h"
+#include "remat/io/safetensors.h"
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "remat/sample/sampler.h"
+#include "remat/sample/scheduler.h"
+#include "remat/train/family.h"
+#include "remat/train/image_data.h"
+#include "remat/train/model_source.h"
+#include "remat/train/transformer.h"
+
+namespace remat::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::set<std::string> kShapes{"circle", "square", "triangle"};
+const std::set<std::string> kColours{"red", "green", "blue", "yellow"};
+const std::set<std::string> kBackgrounds{"white", "black"};
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string word; in >> word;) words.push_back(word);
+  return words;
+}
+
+// The text cache stores each caption beside its embeddings (remat/data/caches.h).
+constexpr const char* kCaptionMetadata = "remat.caption";
+
+}  // namespace
+
+const std::string& DemoCaption::get(const std::string& attribute) const {
+  if (attribute == "shape") return shape;
+  if (attribute == "colour") return colour;
+  if (attribute == "background") return background;
+  throw_value_error("[demo-quality] unknown attribute '" + attribute + "' (valid: colour, background, shape)");
+}
+
+const std::vector<std::string>& demo_attributes() {
+  static const std::vector<std::string> attributes{"colour", "background", "shape"};
+  return attributes;
+}
+
+std::optional<DemoCaption> parse_demo_caption(const std::string& caption) {
+  const auto w = split_words(caption);
+  // a <colour> <shape> on a <background> background
+  if (w.size() != 7 || w[0] != "a" || w[3] != "on" || w[4] != "a" || w[6] != "background") return std::nullopt;
+  if (!kColours.count(w[1]) || !kShapes.count(w[2]) || !kBackgrounds.count(w[5])) return std::nullopt;
+  return DemoCaption{w[2], w[1], w[5]};
+}
+
+at::Tensor latent_feature(const at::Tensor& latents) {
+  if (latents.dim() != 3 || latents.size(1) < 2 || latents.size(2) < 2) {
+    throw_value_error("[demo-quality] latents must be (C, h, w) with h, w >= 2, got " +
+                      std::string(c10::str(latents.sizes())));
+  }
+  const at::Tensor x = latents.to(at::kDouble);
+  const int64_t h = x.size(1), w = x.size(2);
+  const at::Tensor centre = x.slice(1, h / 4, 3 * h / 4).slice(2, w / 4, 3 * w / 4);
+  return at::cat({x.mean({1, 2}), centre.mean({1, 2})});
+}
+
+std::string classification_group(const DemoCaption& caption, const std::string& attribute) {
+  if (attribute == "colour") return caption.colour + "|" + caption.background;
+  if (attribute == "background") return caption.background;
+  if (attribute == "shape") return caption.shape + "|" + caption.background;
+  throw_value_error("[demo-quality] unknown attribute '" + attribute + "' (valid: colour, background, shape)");
+}
+
+namespace {
+
+// The attribute a classification group names (its first field).
+std::string group_attribute(const std::string& group) { return group.substr(0, group.find('|')); }
+
+}  // namespace
+
+void NearestCentroid::add(const std::string& label, const at::Tensor& feature) {
+  auto it = sums_.find(label);
+  if (it == sums_.end()) {
+    sums_.emplace(label, feature.to(at::kDouble).clone());
+  } else {
+    it->second += feature.to(at::kDouble);
+  }
+  ++counts_[label];
+}
+
+std::string NearestCentroid::classify(const at::Tensor& feature) const {
+  if (sums_.empty()) throw_value_error("[demo-quality] the classifier has no classes");
+  std::string best;
+  double best_distance = 0;
+  for (const auto& [label, sum] : sums_) {
+    const double d = (feature.to(at::kDouble) - sum / static_cast<double>(counts_.at(label))).pow(2).sum().item<double>();
+    if (best.empty() || d < best_distance) {
+      best = label;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+double leave_one_out_accuracy(const std::vector<LabelledLatents>& samples, const std::string& attribute) {
+  if (samples.size() < 2) throw_value_error("[demo-quality] leave-one-out needs at least 2 samples");
+  std::vector<at::Tensor> features;
+  for (const auto& s : samples) features.push_back(latent_feature(s.latents));
+  int64_t correct = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    NearestCentroid classifier;
+    for (size_t j = 0; j < samples.size(); ++j) {
+      if (j != i) classifier.add(classification_group(samples[j].caption, attribute), features[j]);
+    }
+    correct += group_attribute(classifier.classify(features[i])) == samples[i].caption.get(attribute);
+  }
+  return static_cast<double>(correct) / static_cast<double>(samples.size());
+}
+
+double classified_accuracy(const std::vector<LabelledLatents>& training, const std::vector<LabelledLatents>& samples,
+                           const std::string& attribute) {
+  if (training.empty() || samples.empty()) throw_value_error("[demo-quality] nothing to classify");
+  NearestCentroid classifier;
+  for (const auto& s : training) classifier.add(classification_group(s.caption, attribute), latent_feature(s.latents));
+  int64_t correct = 0;
+  for (const auto& s : samples) {
+    correct += group_attribute(classifier.classify(latent_feature(s.latents))) == s.caption.get(attribute);
+  }
+  return static_cast<double>(correct) / static_cast<double>(samples.size());
+}
+
+double mean_feature_distance(const std::vector<LabelledLatents>& reference, const std::vector<LabelledLatents>& samples) {
+  if (reference.empty() || samples.empty()) throw_value_error("[demo-quality] nothing to compare");
+  at::Tensor centre = at::zeros_like(latent_feature(reference.front().latents));
+  for (const auto& s : reference) centre += latent_feature(s.latents);
+  centre /= static_cast<double>(reference.size());
+  double total = 0;
+  for (const auto& s : samples) total += (latent_feature(s.latents) - centre).norm().item<double>();
+  return total / static_cast<double>(samples.size());
+}
+
+DemoTrainingData read_demo_training_data(const TrainConfig& config, const std::function<void(const std::string&)>& log) {
+  if (!is_image_run(config)) {
+    throw ValidationError("instance_data_dir", config.instance_data_dir.value_or(""),
+                          "[demo-quality] the check reads a run on pictures (make demo's coloured shapes)");
+  }
+  const ScannedImageData data = scan_image_data(config, log);
+  const data::CacheReport report = cache_image_data(config, data, log, /*terminal=*/false);
+  DemoTrainingData out;
+  std::map<std::string, CachedPrompt> prompts;
+  for (const auto& dataset : report.samples) {
+    for (const auto& sample : dataset) {
+      const auto text = io::SafetensorsFile::open(sample.text_path);
+      const auto it = text.metadata().find(kCaptionMetadata);
+      const std::string caption = it == text.metadata().end() ? std::string() : it->second;
+      const auto parsed = parse_demo_caption(caption);
+      if (!parsed) {
+        throw ValidationError("instance_data_dir", config.instance_data_dir.value_or(""),
+                              "[demo-quality] caption '" + caption + "' of " + sample.latents_path +
+                                  " is not a demo caption ('a red circle on a white background'): the check "
+                                  "scores make demo's pictures only");
+      }
+      out.latents.push_back({io::SafetensorsFile::open(sample.latents_path).tensor("latents", at::kFloat), *parsed});
+      if (!prompts.count(caption)) {
+        prompts[caption] = {caption, text.tensor("prompt_embeds", at::kFloat), text.tensor("pooled_prompt_embeds", at::kFloat)};
+      }
+    }
+  }
+  for (auto& [caption, prompt] : prompts) out.prompts.push_back(std::move(prompt));
+  return out;
+}
+
+namespace {
+
+// Loads remat's PEFT file into the LoRA branches apply_lora made: every key must be there, with
+// the shape of the branch.
+void load_lora_factors(torch::nn::Module& module, const std::string& path) {
+  const auto file = io::SafetensorsFile::open(path);
+  torch::NoGradGuard no_grad;
+  const auto branches = models::lora_state_dict(module);
+  for (const auto& [key, parameter] : branches) {
+    if (!file.contains(key)) {
+      throw_value_error("[demo-quality] LoRA file " + path + " has no " + key +
+                        ": it was not trained with this run's flux_lora_target and lora_rank");
+    }
+    const at::Tensor value = file.tensor(key, at::kFloat);
+    if (value.sizes() != parameter.sizes()) {
+      throw_value_error("[demo-quality] LoRA file " + path + ": " + key + " is " + c10::str(value.sizes()) +
+                        ", the model's branch is " + c10::str(parameter.sizes()));
+    }
+    parameter.copy_(value);
+  }
+  if (static_cast<size_t>(file.names().size()) != branches.size()) {
+    throw_value_error("[demo-quality] LoRA file " + path + " has " + std::to_string(file.names().size()) +
+                      " tensors, this run's LoRA has " + std::to_string(branches.size()));
+  }
+}
+
+std::vector<LabelledLatents> sample_all(models::FluxImpl& transformer, const sample::FlowMatchSchedulerConfig& scheduler,
+                                        const std::vector<CachedPrompt>& prompts, const DemoQualityOptions& options,
+                                        int64_t latent_size) {
+  std::vector<LabelledLatents> out;
+  sample::SamplingSettings settings;
+  // denoise sizes its latent grid for Flux's VAE (8 pixels per latent pixel): the demo VAE's
+  // latent side n is asked for as 8 n "pixels".
+  settings.width = settings.height = latent_size * 8;
+  settings.num_inference_steps = options.num_inference_steps;
+  settings.guidance_scale = options.guidance_scale;
+  for (const auto& prompt : prompts) {
+    const sample::PromptEmbeddings embeddings{prompt.prompt_embeds, prompt.pooled_prompt_embeds};
+    for (int64_t seed = 0; seed < options.seeds_per_caption; ++seed) {
+      settings.seed = static_cast<uint64_t>(seed);
+      out.push_back({sample::denoise(transformer, scheduler, embeddings, nullptr, settings),
+                     *parse_demo_caption(prompt.caption)});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQualityOptions& options,
+                                       const std::function<void(const std::string&)>& log) {
+  if (config.model_family != "flux") {
+    throw ValidationError("model_family", config.model_family, "[demo-quality] the demo check samples Flux models");
+  }
+  if (options.seeds_per_caption < 1 || options.num_inference_steps < 1) {
+    throw_value_error("[demo-quality] seeds per caption and steps must be >= 1");
+  }
+  DemoQualityReport report;
+  report.lora_path = options.lora_path.empty()
+                         ? (fs::path(config.output_dir) / "pytorch_lora_weights.safetensors").string()
+                         : options.lora_path;
+  if (!fs::is_regular_file(report.lora_path)) {
+    throw_value_error("[demo-quality] no trained LoRA at " + report.lora_path + " (run `make demo` first)");
+  }
+  if (config.torch_num_threads > 0) torch::set_num_threads(static_cast<int>(config.torch_num_threads));
+
+  const DemoTrainingData data = read_demo_training_data(config, log);
+  report.training_latents = static_cast<int64_t>(data.latents.size());
+  report.captions = static_cast<int64_t>(data.prompts.size());
+  report.latent_size = options.latent_size;
+  for (const auto& s : data.latents) {
+    if (report.latent_size == 0 && s.latents.size(1) == s.latents.size(2)) report.latent_size = s.latents.size(1);
+  }
+  if (report.latent_size < 2 || report.latent_size % 2 != 0) {
+    throw_value_error("[demo-quality] latent size " + std::to_string(report.latent_size) +
+                      " must be even and >= 2 (give one when no training latent is square)");
+  }
+
+  TransformerSpec spec;
+  spec.family = config.model_family;
+  spec.preset = config.model_flavour;
+  const ModelSource source = resolve_model_source(config);
+  spec.config_json = source.config_json;
+  spec.weights = source.weights;
+  log("[demo-quality] " + source.describe());
+  auto model = make_transformer(spec, at::Device(at::kCPU));
+  model->module().eval();
+  auto& flux = dynamic_cast<models::FluxImpl&>(model->module());
+  const std::string scheduler_json = (fs::path(image_pipeline_folder(config)) / "scheduler" / "scheduler_config.json").string();
+  const auto scheduler = fs::is_regular_file(scheduler_json) ? sample::FlowMatchSchedulerConfig::from_json_file(scheduler_json)
+                                                             : sample::FlowMatchSchedulerConfig::flux_dev();
+
+  const auto start = std::chrono::steady_clock::now();
+  log("[demo-quality] sampling the base model: " + std::to_string(data.prompts.size()) + " captions x " +
+      std::to_string(options.seeds_per_caption) + " seeds, " + std::to_string(options.num_inference_steps) + " steps");
+  const auto untrained = sample_all(flux, scheduler, data.prompts, options, report.latent_size);
+  const auto& family = model_family(config.model_family);
+  model->apply_lora(family.lora_target(config), config.lora_rank, config.lora_alpha_value());
+  load_lora_factors(model->module(), report.lora_path);
+  model->module().eval();
+  log("[demo-quality] sampling with the trained LoRA " + report.lora_path);
+  const auto trained = sample_all(flux, scheduler, data.prompts, options, report.latent_size);
+  report.sampling_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.samples_per_model = static_cast<int64_t>(untrained.size());
+  report.distance_training = mean_feature_distance(data.latents, data.latents);
+  report.distance_untrained = mean_feature_distance(data.latents, untrained);
+  report.distance_trained = mean_feature_distance(data.latents, trained);
+
+  for (const auto& attribute : demo_attributes()) {
+    AttributeScore score;
+    score.attribute = attribute;
+    std::set<std::string> labels;
+    for (const auto& s : data.latents) labels.insert(s.caption.get(attribute));
+    score.classes = static_cast<int64_t>(labels.size());
+    score.chance = 1.0 / static_cast<double>(score.classes);
+    score.training_check = leave_one_out_accuracy(data.latents, attribute);
+    score.untrained = classified_accuracy(data.latents, untrained, attribute);
+    score.trained = classified_accuracy(data.latents, trained, attribute);
+    report.scores.push_back(score);
+  }
+  return report;
+}
+
+std::string format_demo_quality(const DemoQualityReport& report) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3);
+  out << "attribute   classes  chance  training-check  untrained  trained\n";
+  for (const auto& s : report.scores) {
+    out << std::left << std::setw(12) << s.attribute << std::right << std::setw(7) << s.classes << std::setw(8)
+        << s.chance << std::setw(16) << s.training_check << std::setw(11) << s.untrained << std::setw(9) << s.trained
+        << "\n";
+  }
+  out << "feature distance to the training latents' mean: training latents " << report.distance_training
+      << ", untrained samples " << report.distance_untrained << ", trained samples " << report.distance_trained << "\n";
+  out << std::defaultfloat << std::setprecision(4);
+  out << "training latents " << report.training_latents << " (training-check: leave-one-out nearest centroid), "
+      << report.captions << " captions, " << report.samples_per_model << " samples per model at latent "
+      << report.latent_size << "x" << report.latent_size << "; LoRA " << report.lora_path << "; sampling "
+      << report.sampling_seconds << " s\n";
+  return out.str();
+}
+
+}  // namespace remat::train
