@@ -126,6 +126,10 @@ struct AttributeScore {
   double training_check = 0;   ///< leave-one-out accuracy on the cached training latents
   double untrained = 0;        ///< accuracy of the base model's samples
   double trained = 0;          ///< accuracy of the samples with the trained LoRA
+  /// The same with one latent per caption, the mean of its seeds' samples: a weak but consistent
+  /// pull towards the caption shows here before it shows in single samples.
+  double untrained_caption_mean = 0;
+  double trained_caption_mean = 0;
 };
 
 struct DemoQualityReport {
