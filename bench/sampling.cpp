@@ -38,8 +38,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Process CPU seconds: with one LibTorch thread, what the work takes on a core of its own even
-// when other processes share the machine (the wall clock then also counts their time).
+// Process CPU seconds (every thread: LibTorch's one and OpenBLAS's own, docs/PERFORMANCE.md
+// "Threads"): the work itself, which other processes sharing the machine do not inflate as they
+// inflate the wall clock. On a quiet 2-core machine the wall time lies between this / 2 and this.
 double cpu_seconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 double median(std::vector<double> v) {
