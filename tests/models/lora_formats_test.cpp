@@ -319,6 +319,16 @@ TEST_F(LoraFormatsTest, EveryFormatMergesToTheSameModel) {
     const LoraFile file = read_lora_file(dir / c.file);
     EXPECT_EQ(file.format, c.format);
     EXPECT_EQ(file.modules.size(), c.factors->size());
+    if (c.file == "kohya_blockdiag.safetensors") {
+      // Block-diagonal fused adapters come back at their own rank (diffusers' sparse split).
+      EXPECT_EQ(file.modules.at("transformer_blocks.0.attn.to_k").down.size(0), kRank);
+      EXPECT_EQ(file.modules.at("single_transformer_blocks.1.proj_mlp").down.size(0), kRank);
+    }
+    if (c.file == "kohya_shared.safetensors") {
+      EXPECT_EQ(file.modules.at("single_transformer_blocks.1.proj_mlp").down.size(0), kRank);
+      EXPECT_TRUE(torch::equal(file.modules.at("transformer_blocks.0.attn.to_k").down,
+                               file.modules.at("transformer_blocks.0.attn.to_q").down));
+    }
     Flux got = merged(dir / c.file);
     auto want = expected_weights(*base, *c.factors, 1.0);
     if (c.format == LoraFileFormat::bfl) {
