@@ -180,6 +180,28 @@ TEST_F(FluxWeightFormatsTest, StreamingLoadHoldsNoSecondCopy) {
   EXPECT_LE(peak, model_bytes + largest + 64 * 1024);
 }
 
+TEST_F(FluxWeightFormatsTest, Bfloat16FileLoadsIntoFloat32ModelWithoutTemporaries) {
+  // Published BFL files are bfloat16: each slice is converted while it is copied.
+  const FluxConfig small = FluxConfig::preset("flux-small");
+  Flux source = random_flux(small, 14);
+  auto entries = test_diffusers_to_bfl(diffusers_state(*source), small);
+  for (auto& kv : entries) kv.second = kv.second.to(at::kBFloat16);
+  const std::string path = dir / "small_bf16.safetensors";
+  io::save_safetensors(path, entries);
+  Flux target(small);
+  const int64_t model_bytes = parameter_count(small) * 4;
+  memory::PeakScope scope;
+  load_flux_weights(*target, path);
+  const int64_t peak = scope.peak_delta();
+  std::cout << "[ measure  ] flux-small bf16 BFL file into a float32 model: peak above the built model "
+            << memory::format_bytes(peak) << " (model " << memory::format_bytes(model_bytes) << ")\n";
+  EXPECT_LE(peak, 64 * 1024);
+  const auto want = diffusers_state(*source), got = diffusers_state(*target);
+  for (const auto& [name, t] : want) {
+    EXPECT_TRUE(torch::equal(got.at(name), t.to(at::kBFloat16).to(at::kFloat))) << name;
+  }
+}
+
 TEST_F(FluxWeightFormatsTest, TransformerLoadingAcceptsBflFilesAndFolders) {
   Flux source = random_flux(tiny, 12);
   const std::string bfl_path = write_bfl(*source, "alone.safetensors");
