@@ -15,10 +15,9 @@
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
-#include "remat/models/lora.h"
+#include "remat/models/lora_formats.h"
 #include "remat/sample/sampler.h"
 #include "remat/sample/scheduler.h"
-#include "remat/train/family.h"
 #include "remat/train/image_data.h"
 #include "remat/train/model_source.h"
 #include "remat/train/transformer.h"
@@ -183,30 +182,6 @@ DemoTrainingData read_demo_training_data(const TrainConfig& config, const std::f
 
 namespace {
 
-// Loads remat's PEFT file into the LoRA branches apply_lora made: every key must be there, with
-// the shape of the branch.
-void load_lora_factors(torch::nn::Module& module, const std::string& path) {
-  const auto file = io::SafetensorsFile::open(path);
-  torch::NoGradGuard no_grad;
-  const auto branches = models::lora_state_dict(module);
-  for (const auto& [key, parameter] : branches) {
-    if (!file.contains(key)) {
-      throw_value_error("[demo-quality] LoRA file " + path + " has no " + key +
-                        ": it was not trained with this run's flux_lora_target and lora_rank");
-    }
-    const at::Tensor value = file.tensor(key, at::kFloat);
-    if (value.sizes() != parameter.sizes()) {
-      throw_value_error("[demo-quality] LoRA file " + path + ": " + key + " is " + c10::str(value.sizes()) +
-                        ", the model's branch is " + c10::str(parameter.sizes()));
-    }
-    parameter.copy_(value);
-  }
-  if (static_cast<size_t>(file.names().size()) != branches.size()) {
-    throw_value_error("[demo-quality] LoRA file " + path + " has " + std::to_string(file.names().size()) +
-                      " tensors, this run's LoRA has " + std::to_string(branches.size()));
-  }
-}
-
 std::vector<LabelledLatents> sample_all(models::FluxImpl& transformer, const sample::FlowMatchSchedulerConfig& scheduler,
                                         const std::vector<CachedPrompt>& prompts, const DemoQualityOptions& options,
                                         int64_t latent_size) {
@@ -300,10 +275,8 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
   log("[demo-quality] sampling the base model: " + std::to_string(data.prompts.size()) + " captions x " +
       std::to_string(options.seeds_per_caption) + " seeds, " + std::to_string(options.num_inference_steps) + " steps");
   const auto untrained = sample_all(flux, scheduler, data.prompts, options, report.latent_size);
-  const auto& family = model_family(config.model_family);
-  model->apply_lora(family.lora_target(config), config.lora_rank, config.lora_alpha_value());
-  load_lora_factors(model->module(), report.lora_path);
-  model->module().eval();
+  // The LoRA is read and merged as `remat sample` does it (any format read_lora_file knows).
+  models::merge_lora(model->module(), models::read_lora_file(report.lora_path), 1.0);
   log("[demo-quality] sampling with the trained LoRA " + report.lora_path);
   const auto trained = sample_all(flux, scheduler, data.prompts, options, report.latent_size);
   report.sampling_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

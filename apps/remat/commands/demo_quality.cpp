@@ -22,7 +22,7 @@ int run_demo_quality(const std::vector<std::string>& args) {
   app.add_option("--config", config_path, "The training run's config (its caches, pipeline and output_dir)")
       ->capture_default_str();
   app.add_option("--lora", options.lora_path,
-                 "The trained LoRA (PEFT safetensors); default: output_dir/pytorch_lora_weights.safetensors");
+                 "The trained LoRA (any form remat sample reads); default: output_dir/pytorch_lora_weights.safetensors");
   app.add_option("--seeds", options.seeds_per_caption, "Samples per caption and model (seeds 0 .. n-1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1000}))
       ->capture_default_str();

@@ -114,8 +114,8 @@ struct DemoQualityOptions {
   /// The latent side the samples are drawn at (the demo's square bucket: 32 pixels through the
   /// demo VAE's factor 2 = 16). 0: the side of the first square training latent.
   int64_t latent_size = 0;
-  /// The trained LoRA (PEFT safetensors, as remat writes it); empty: output_dir's
-  /// pytorch_lora_weights.safetensors.
+  /// The trained LoRA (any form models::read_lora_file reads: PEFT as remat writes it, kohya,
+  /// ...), merged with scale 1; empty: output_dir's pytorch_lora_weights.safetensors.
   std::string lora_path;
 };
 
