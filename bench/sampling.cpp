@@ -3,7 +3,7 @@
 //   small  flux-small (random weights, fp32) at 256, 512 and 1024 pixels: median seconds per
 //          step and the tracked peak of the whole denoising loop above the weights.
 //   dev    the real FLUX.1-dev shape (hidden 3072, 24 heads): its 11.9 B weights do not fit this
-//          machine's memory in fp32 (47.6 GB) and only just in bf16 (23.8 GB), so one double-
+//          machine's memory (25.3 GB) in fp32 (47.6 GB) nor, beside anything else, in bf16 (23.8 GB), so one double-
 //          and one single-stream block are measured at a resolution (default 1024 x 1024: 4096
 //          image tokens + 512 text tokens) in fp32 and bf16, and the full model's step is
 //          extrapolated as 19 double + 38 single blocks (labelled as an extrapolation).
@@ -121,7 +121,7 @@ void part_dev(int64_t pixels, int64_t repeats) {
               "median of %lld\n",
               static_cast<long long>(pixels), static_cast<long long>(pixels), static_cast<long long>(n_img),
               static_cast<long long>(n_txt), static_cast<long long>(repeats));
-  std::printf("whole model: %.2f GB of weights in bf16, %.2f GB in fp32 (this machine: 24 GiB): not loaded\n",
+  std::printf("whole model: %.2f GB of weights in bf16, %.2f GB in fp32 (this machine: 25.3 GB of RAM): not loaded\n",
               static_cast<double>(models::parameter_count(config)) * 2 / 1e9,
               static_cast<double>(models::parameter_count(config)) * 4 / 1e9);
   const auto rope = models::flux_rope_tables(
