@@ -226,6 +226,27 @@ std::vector<LabelledLatents> caption_means(const std::vector<LabelledLatents>& s
   return out;
 }
 
+// sample_all's samples are ordered by caption, then seed. The mean distance of the features to
+// the mean of their group, grouped by seed (how much the caption moves a sample) or by caption
+// (how much the seed does).
+double spread(const std::vector<LabelledLatents>& samples, int64_t seeds, bool group_by_seed) {
+  const int64_t captions = static_cast<int64_t>(samples.size()) / seeds;
+  std::vector<at::Tensor> features;
+  for (const auto& s : samples) features.push_back(latent_feature(s.latents));
+  const auto index = [&](int64_t group, int64_t member) {
+    return group_by_seed ? member * seeds + group : group * seeds + member;
+  };
+  const int64_t groups = group_by_seed ? seeds : captions, members = group_by_seed ? captions : seeds;
+  double total = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    at::Tensor mean = at::zeros_like(features.front());
+    for (int64_t m = 0; m < members; ++m) mean += features[index(g, m)];
+    mean /= static_cast<double>(members);
+    for (int64_t m = 0; m < members; ++m) total += (features[index(g, m)] - mean).norm().item<double>();
+  }
+  return total / static_cast<double>(groups * members);
+}
+
 }  // namespace
 
 DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQualityOptions& options,
@@ -284,6 +305,12 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
   report.distance_training = mean_feature_distance(data.latents, data.latents);
   report.distance_untrained = mean_feature_distance(data.latents, untrained);
   report.distance_trained = mean_feature_distance(data.latents, trained);
+  if (options.seeds_per_caption > 1) {
+    report.caption_spread_untrained = spread(untrained, options.seeds_per_caption, /*group_by_seed=*/true);
+    report.seed_spread_untrained = spread(untrained, options.seeds_per_caption, /*group_by_seed=*/false);
+    report.caption_spread_trained = spread(trained, options.seeds_per_caption, /*group_by_seed=*/true);
+    report.seed_spread_trained = spread(trained, options.seeds_per_caption, /*group_by_seed=*/false);
+  }
 
   for (const auto& attribute : demo_attributes()) {
     AttributeScore score;
@@ -314,6 +341,9 @@ std::string format_demo_quality(const DemoQualityReport& report) {
   }
   out << "feature distance to the training latents' mean: training latents " << report.distance_training
       << ", untrained samples " << report.distance_untrained << ", trained samples " << report.distance_trained << "\n";
+  out << "feature spread of the samples of one seed over the captions / of one caption over the seeds: untrained "
+      << report.caption_spread_untrained << " / " << report.seed_spread_untrained << ", trained "
+      << report.caption_spread_trained << " / " << report.seed_spread_trained << "\n";
   out << std::defaultfloat << std::setprecision(4);
   out << "training latents " << report.training_latents << " (training-check: leave-one-out nearest centroid), "
       << report.captions << " captions, " << report.samples_per_model << " samples per model at latent "

@@ -327,6 +327,12 @@ printf '{"num_layers": 4, "num_single_layers": 8, "attention_head_dim": 64, "num
 expect_quick 2 "img_in.weight has shape [64, 64], the model needs [128, 64]" -- "$remat" forward --model_family flux --pretrained_transformer_config "$work/small_config.json" --weights "$work/w_bfl.safetensors" --inputs "$work/fwd_in.safetensors" --output "$work/o.safetensors"
 [[ ! -e "$work/o.safetensors" ]] || { echo "FAIL: an output was written after a refused BFL file"; failures=$((failures + 1)); }
 
+# remat demo-quality: its own flags checked by range; the rest are the training run's options.
+expect 2 "--seeds: Value 0 not in range" -- "$remat" demo-quality --seeds 0
+expect 2 "cannot open config '$work/missing.json'" -- "$remat" demo-quality --config "$work/missing.json"
+printf '{}\n' > "$work/empty_config.json"
+expect 2 "unknown option 'frobnicate'" -- "$remat" demo-quality --config "$work/empty_config.json" --frobnicate=1
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1

@@ -6,21 +6,27 @@
 
 #include "command.h"
 #include "parse_args.h"
+#include "remat/train/options.h"
 #include "remat/train/config.h"
 #include "remat/train/demo_quality.h"
 
 namespace remat::cli {
 namespace {
 
+constexpr const char* kDemoConfig = "configs/demo-flux-lora.json";
+
 int run_demo_quality(const std::vector<std::string>& args) {
   CLI::App app{"Score what a LoRA trained by `make demo` samples: every caption's colour, background and shape, "
                "classified in the latent space (the demo VAE has random weights) by nearest centroid over the "
                "cached training latents, for the base model and with the trained LoRA, beside chance.",
                "remat demo-quality"};
-  std::string config_path = "configs/demo-flux-lora.json";
   train::DemoQualityOptions options;
-  app.add_option("--config", config_path, "The training run's config (its caches, pipeline and output_dir)")
-      ->capture_default_str();
+  // Every other argument is the training run's, exactly as given to `remat train` (--config FILE and
+  // --key=value overrides such as --output_dir): the check reads that run's caches, pipeline and
+  // output. Without --config, make demo's configs/demo-flux-lora.json.
+  app.allow_extras();
+  app.footer("Other arguments: the training run's options as given to remat train (default: --config " +
+             std::string(kDemoConfig) + ").");
   app.add_option("--lora", options.lora_path,
                  "The trained LoRA (any form remat sample reads); default: output_dir/pytorch_lora_weights.safetensors");
   app.add_option("--seeds", options.seeds_per_caption, "Samples per caption and model (seeds 0 .. n-1)")
@@ -36,10 +42,19 @@ int run_demo_quality(const std::vector<std::string>& args) {
                  "Latent side of the samples (0: the training latents' square bucket)")
       ->check(CLI::Range(int64_t{0}, int64_t{256}))
       ->capture_default_str();
-  if (auto code = parse_or_exit(app, args)) return *code;
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 consumes from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+  std::vector<std::string> train_args = app.remaining();
+  bool has_config = false;
+  for (const auto& arg : train_args) has_config = has_config || arg == "--config" || arg.rfind("--config=", 0) == 0;
+  if (!has_config) train_args.insert(train_args.begin(), std::string("--config=") + kDemoConfig);
 
   std::vector<std::string> warnings;
-  const train::TrainConfig config = train::load_train_config({"--config=" + config_path}, warnings);  // throws: exit 2
+  const train::TrainConfig config = train::load_train_config(train_args, warnings);  // throws: exit 2
   for (const auto& warning : warnings) std::cerr << "warning: " << warning << "\n";
   const auto report =
       train::measure_demo_quality(config, options, [](const std::string& line) { std::cerr << line << "\n"; });

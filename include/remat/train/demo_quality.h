@@ -142,6 +142,12 @@ struct DemoQualityReport {
   /// mean_feature_distance to the training latents of: the training latents themselves, the
   /// base model's samples, the trained LoRA's samples.
   double distance_training = 0, distance_untrained = 0, distance_trained = 0;
+  /// How much the caption moves a sample beside how much the seed does: the mean distance of the
+  /// features of one seed's samples to their mean over the captions, and of one caption's
+  /// samples to their mean over the seeds (0 with one seed). A model that ignores its prompt has
+  /// a caption spread near 0.
+  double caption_spread_untrained = 0, seed_spread_untrained = 0;
+  double caption_spread_trained = 0, seed_spread_trained = 0;
   double sampling_seconds = 0;  ///< both models' sampling, wall clock
 };
 
