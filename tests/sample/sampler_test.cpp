@@ -124,6 +124,14 @@ TEST_F(SamplerTest, TrueCfgCombinesBothPredictions) {
   EXPECT_TRUE(at::equal(run(settings_, &negative_), run(settings_)));
 }
 
+TEST_F(SamplerTest, TheLatentGridFollowsTheVaeScaleFactor) {
+  EXPECT_EQ(run(settings_).sizes(), (std::vector<int64_t>{16, 8, 6}));  // FLUX.1's VAE: H / 8
+  settings_.vae_scale_factor = 2;                                        // a 2-level VAE: H / 2
+  EXPECT_EQ(run(settings_).sizes(), (std::vector<int64_t>{16, 32, 24}));
+  settings_.vae_scale_factor = 16;  // 48 is not a multiple of 32
+  EXPECT_NE(error_of([&] { run(settings_); }).find("multiple of 32"), std::string::npos);
+}
+
 TEST_F(SamplerTest, GuidanceScaleReachesTheModel) {
   const at::Tensor a = run(settings_);
   settings_.guidance_scale = 1.0;
