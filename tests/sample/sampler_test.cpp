@@ -69,6 +69,18 @@ TEST_F(SamplerTest, OneStepIsNoiseMinusVelocity) {
   EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6));
 }
 
+TEST(SamplerNoiseTest, IsDiffusersNoiseForTheSeed) {
+  // PIPELINE.md §1.8: diffusers' FluxPipeline at 64 x 48 with seed 7 drew torch.randn((1, 16, 8, 6))
+  // from a CPU generator; these are its first values (AVX2 kernel; the scalar kernel differs by
+  // at most 1e-6). denoise draws its noise exactly so (the tests above rebuild it the same way).
+  auto generator = at::detail::createCPUGenerator(7);
+  const at::Tensor noise = at::randn({1, 16, 8, 6}, generator, at::kFloat);
+  const at::Tensor token0 = models::flux_pack_latents(noise)[0][0].slice(0, 0, 6);
+  const at::Tensor expected =
+      torch::tensor({-0.8201345f, 0.3956312f, -0.6410915f, -0.8936554f, -0.1781926f, -0.2594989f});
+  EXPECT_TRUE(at::allclose(token0, expected, 0, 2e-6)) << token0;
+}
+
 TEST_F(SamplerTest, TwoStepsFollowTheSchedule) {
   settings_.num_inference_steps = 2;
   const at::Tensor got = run(settings_);
