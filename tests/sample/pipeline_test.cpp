@@ -90,26 +90,36 @@ class PipelineTest : public ::testing::Test {
 TempDir* PipelineTest::dir_ = nullptr;
 
 TEST_F(PipelineTest, MatchesTheStagesRunByHand) {
-  const at::Tensor got = run_one();
-  // The same work with the lower-level APIs: FluxEncoders for text and decoding, the transformer
-  // loaded with load_component, the scheduler from the folder.
-  const auto pipeline = encoders::PipelineFolder::open(folder(), encoders::flux_pipeline_components());
-  encoders::FluxEncodersOptions eo;
-  eo.dtype = at::kFloat;
-  auto encoders = encoders::FluxEncoders::load(pipeline, eo);
-  const auto e = encoders.encode_prompt(request_.prompt);
-  models::Flux transformer(transformer_config());
-  encoders::load_component(pipeline.directory("transformer"), *transformer);
-  transformer->eval();
-  SamplingSettings settings = request_.settings;
-  settings.vae_scale_factor = encoders.vae_scale_factor();
-  const auto scheduler =
-      FlowMatchSchedulerConfig::from_json_file(pipeline.directory("scheduler") + "/scheduler_config.json");
-  const at::Tensor latents =
-      denoise(*transformer, scheduler, {e.prompt_embeds, e.pooled_prompt_embeds}, nullptr, settings);
-  const at::Tensor expected = to_uint8_image(encoders.decode_latents(latents));
-  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{48, 64, 3}));
-  EXPECT_TRUE(at::equal(got, expected));
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    options_.dtype = dtype;
+    const at::Tensor got = run_one();
+    // The same work with the lower-level APIs: FluxEncoders for text and the VAE, the transformer
+    // built in float32, converted and loaded with load_component, the scheduler from the folder.
+    const auto pipeline = encoders::PipelineFolder::open(folder(), encoders::flux_pipeline_components());
+    encoders::FluxEncodersOptions eo;
+    eo.dtype = dtype;
+    auto encoders = encoders::FluxEncoders::load(pipeline, eo);
+    const auto e = encoders.encode_prompt(request_.prompt);
+    models::Flux transformer(transformer_config());
+    transformer->to(dtype);
+    encoders::load_component(pipeline.directory("transformer"), *transformer);
+    transformer->eval();
+    SamplingSettings settings = request_.settings;
+    settings.vae_scale_factor = encoders.vae_scale_factor();
+    const auto scheduler =
+        FlowMatchSchedulerConfig::from_json_file(pipeline.directory("scheduler") + "/scheduler_config.json");
+    const at::Tensor latents =
+        denoise(*transformer, scheduler, {e.prompt_embeds, e.pooled_prompt_embeds}, nullptr, settings);
+    torch::NoGradGuard no_grad;
+    // diffusers: the decoded picture is clamped in the VAE's dtype (to_uint8_image), so decode here
+    // without decode_latents' float32 conversion.
+    auto& vae = encoders.vae();
+    const at::Tensor z = vae->from_transformer_latents(latents.unsqueeze(0).to(dtype));
+    const at::Tensor expected = to_uint8_image(vae->decode(z));
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{48, 64, 3}));
+    EXPECT_TRUE(at::equal(got, expected));
+  }
 }
 
 TEST_F(PipelineTest, SameSeedSamePictureOtherSeedOtherPicture) {
