@@ -170,6 +170,9 @@ int run_sample(const std::vector<std::string>& args) {
     };
   };
 
+  // A prompt the PNG cannot record (not UTF-8, a NUL) fails now, not after the sampling.
+  for (size_t i = 0; i < requests.size(); ++i) sample::check_png_text(png_text(requests[i]), paths[i]);
+
   sample::PipelineEvents events;
   auto step_start = std::chrono::steady_clock::now();
   events.on_stage = [&](const std::string& line) {
