@@ -150,6 +150,18 @@ TEST_F(SamplerTest, GuidanceScaleReachesTheModel) {
   EXPECT_FALSE(at::allclose(a, run(settings_)));
 }
 
+TEST_F(SamplerTest, ModelsWithoutGuidanceEmbeddingIgnoreTheGuidanceScale) {
+  auto config = models::FluxConfig::preset("flux-tiny");
+  config.guidance_embeds = false;  // schnell-like
+  torch::manual_seed(0);
+  models::Flux schnell(config);
+  schnell->eval();
+  const auto scheduler = FlowMatchSchedulerConfig::flux_schnell();
+  const at::Tensor a = denoise(*schnell, scheduler, positive_, nullptr, settings_);
+  settings_.guidance_scale = 9.0;
+  EXPECT_TRUE(at::equal(a, denoise(*schnell, scheduler, positive_, nullptr, settings_)));
+}
+
 TEST_F(SamplerTest, ReportsEveryStep) {
   std::vector<std::pair<int64_t, int64_t>> calls;
   denoise(*model_, FlowMatchSchedulerConfig::flux_dev(), positive_, nullptr, settings_,
