@@ -33,8 +33,8 @@ bool uses_true_cfg(const SampleRequest& r) {
 
 // The three models must agree on the widths they exchange; a folder assembled from different
 // models would otherwise fail deep inside the first transformer call.
-void check_components_fit(const encoders::PipelineFolder& folder, const models::FluxConfig& config) {
-  const auto vae = encoders::AutoencoderKLConfig::from_file(file_in(folder.directory("vae"), "config.json"));
+void check_components_fit(const encoders::PipelineFolder& folder, const models::FluxConfig& config,
+                          const encoders::AutoencoderKLConfig& vae) {
   if (vae.latent_channels * 4 != config.in_channels) {
     throw_value_error("[sample] '" + folder.root + "': vae/config.json has latent_channels " +
                       std::to_string(vae.latent_channels) + " but the transformer takes in_channels " +
@@ -123,8 +123,8 @@ std::vector<at::Tensor> run_pipeline(const PipelineOptions& options, const std::
       FlowMatchSchedulerConfig::from_json_file(file_in(folder.directory("scheduler"), "scheduler_config.json"));
   const std::string transformer_dir = folder.directory("transformer");
   const auto config = models::FluxConfig::from_json_file(file_in(transformer_dir, "config.json"));
-  check_components_fit(folder, config);
   const auto vae_config = encoders::AutoencoderKLConfig::from_file(file_in(folder.directory("vae"), "config.json"));
+  check_components_fit(folder, config, vae_config);
   const int64_t vae_scale_factor = int64_t{1} << (vae_config.block_out_channels.size() - 1);
   std::vector<SampleRequest> sized = requests;  // the latent grid follows this folder's VAE
   for (size_t i = 0; i < sized.size(); ++i) {
