@@ -104,6 +104,7 @@ int run_sample(const std::vector<std::string>& args) {
                  "step")
       ->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial noise; every prompt uses it (same seed, same picture)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--lora", lora_texts,
                  "A LoRA file (PEFT/diffusers, kohya, Black Forest Labs or XLabs form) merged into the "
