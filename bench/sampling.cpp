@@ -214,8 +214,7 @@ void part_share() {
   const double step = median(train_cpu);
 
   // One validation image: 30 steps (validation_num_inference_steps' default) at the demo's
-  // 32-pixel size (denoise sizes its grid for Flux's VAE factor 8: 16 x 16 latents are 128), then
-  // the demo VAE decodes.
+  // 32-pixel size (16 x 16 latents through the demo VAE's factor 2), then the demo VAE decodes.
   auto& flux = dynamic_cast<models::FluxImpl&>(model->module());
   model->module().eval();
   auto vae_config = encoders::demo_vae_config(flux.config());
@@ -223,7 +222,8 @@ void part_share() {
   vae->eval();
   const auto prompt = random_prompt(flux.config(), 32);
   sample::SamplingSettings settings;
-  settings.width = settings.height = 128;
+  settings.vae_scale_factor = int64_t{1} << (vae_config.block_out_channels.size() - 1);
+  settings.width = settings.height = 16 * settings.vae_scale_factor;
   settings.num_inference_steps = 30;
   settings.guidance_scale = 1.0;
   std::vector<double> images, images_wall, loops;

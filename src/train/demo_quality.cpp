@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
@@ -184,12 +185,13 @@ namespace {
 
 std::vector<LabelledLatents> sample_all(models::FluxImpl& transformer, const sample::FlowMatchSchedulerConfig& scheduler,
                                         const std::vector<CachedPrompt>& prompts, const DemoQualityOptions& options,
-                                        int64_t latent_size) {
+                                        int64_t latent_size, int64_t vae_scale_factor) {
   std::vector<LabelledLatents> out;
   sample::SamplingSettings settings;
-  // denoise sizes its latent grid for Flux's VAE (8 pixels per latent pixel): the demo VAE's
-  // latent side n is asked for as 8 n "pixels".
-  settings.width = settings.height = latent_size * 8;
+  // The pixel size whose latents the pipeline's VAE makes latent_size wide (the demo's: 32 pixels
+  // through its factor 2), as validation and `remat sample` size them.
+  settings.vae_scale_factor = vae_scale_factor;
+  settings.width = settings.height = latent_size * vae_scale_factor;
   settings.num_inference_steps = options.num_inference_steps;
   settings.guidance_scale = options.guidance_scale;
   for (const auto& prompt : prompts) {
@@ -288,18 +290,22 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
   auto model = make_transformer(spec, at::Device(at::kCPU));
   model->module().eval();
   auto& flux = dynamic_cast<models::FluxImpl&>(model->module());
-  const std::string scheduler_json = (fs::path(image_pipeline_folder(config)) / "scheduler" / "scheduler_config.json").string();
+  const fs::path pipeline(image_pipeline_folder(config));
+  const auto vae = encoders::AutoencoderKLConfig::from_file((pipeline / "vae" / "config.json").string());
+  const int64_t vae_scale_factor = int64_t{1} << (vae.block_out_channels.size() - 1);
+  report.pixels = report.latent_size * vae_scale_factor;
+  const std::string scheduler_json = (pipeline / "scheduler" / "scheduler_config.json").string();
   const auto scheduler = fs::is_regular_file(scheduler_json) ? sample::FlowMatchSchedulerConfig::from_json_file(scheduler_json)
                                                              : sample::FlowMatchSchedulerConfig::flux_dev();
 
   const auto start = std::chrono::steady_clock::now();
   log("[demo-quality] sampling the base model: " + std::to_string(data.prompts.size()) + " captions x " +
       std::to_string(options.seeds_per_caption) + " seeds, " + std::to_string(options.num_inference_steps) + " steps");
-  const auto untrained = sample_all(flux, scheduler, data.prompts, options, report.latent_size);
+  const auto untrained = sample_all(flux, scheduler, data.prompts, options, report.latent_size, vae_scale_factor);
   // The LoRA is read and merged as `remat sample` does it (any format read_lora_file knows).
   models::merge_lora(model->module(), models::read_lora_file(report.lora_path), 1.0);
   log("[demo-quality] sampling with the trained LoRA " + report.lora_path);
-  const auto trained = sample_all(flux, scheduler, data.prompts, options, report.latent_size);
+  const auto trained = sample_all(flux, scheduler, data.prompts, options, report.latent_size, vae_scale_factor);
   report.sampling_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.samples_per_model = static_cast<int64_t>(untrained.size());
   report.distance_training = mean_feature_distance(data.latents, data.latents);
@@ -346,8 +352,8 @@ std::string format_demo_quality(const DemoQualityReport& report) {
       << report.caption_spread_trained << " / " << report.seed_spread_trained << "\n";
   out << std::defaultfloat << std::setprecision(4);
   out << "training latents " << report.training_latents << " (training-check: leave-one-out nearest centroid), "
-      << report.captions << " captions, " << report.samples_per_model << " samples per model at latent "
-      << report.latent_size << "x" << report.latent_size << "; LoRA " << report.lora_path << "; sampling "
+      << report.captions << " captions, " << report.samples_per_model << " samples per model at " << report.pixels << "x" << report.pixels
+      << " pixels (latent " << report.latent_size << "x" << report.latent_size << "); LoRA " << report.lora_path << "; sampling "
       << report.sampling_seconds << " s\n";
   return out.str();
 }

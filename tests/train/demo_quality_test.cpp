@@ -148,7 +148,8 @@ TEST_F(DemoQualityData, TrainingMovesTheSamplesTowardsTheTrainingLatents) {
   options.num_inference_steps = 10;
   const DemoQualityReport report = measure_demo_quality(cfg, options, [](const std::string&) {});
   EXPECT_EQ(report.samples_per_model, 24);
-  EXPECT_EQ(report.latent_size, 16);  // 32 pixels through the demo VAE's factor 2
+  EXPECT_EQ(report.latent_size, 16);
+  EXPECT_EQ(report.pixels, 32);  // through the demo VAE's factor 2
   ASSERT_EQ(report.scores.size(), 3u);
   EXPECT_DOUBLE_EQ(report.scores[0].chance, 0.25);
   std::printf("feature distance to the training mean: data %.3f, base %.3f, trained %.3f\n",

@@ -138,6 +138,7 @@ struct DemoQualityReport {
   int64_t captions = 0;
   int64_t samples_per_model = 0;
   int64_t latent_size = 0;
+  int64_t pixels = 0;  ///< the samples' side in pixels: latent_size x the pipeline VAE's factor
   std::string lora_path;
   /// mean_feature_distance to the training latents of: the training latents themselves, the
   /// base model's samples, the trained LoRA's samples.
