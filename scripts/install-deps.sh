@@ -14,6 +14,7 @@ packages=(
   libjpeg-dev             # libjpeg-turbo: reading JPEG pictures (PIL's decoder)
   libwebp-dev             # libwebp: reading WebP pictures (and writing them in the tests)
   libexif-dev             # libexif: the EXIF orientation of pictures
+  libpng-dev              # libpng: writing sampled pictures as PNG with text chunks
   libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
