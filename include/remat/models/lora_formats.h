@@ -36,6 +36,9 @@ struct LoraFile {
   /// By diffusers module name without the "transformer." prefix
   /// ("transformer_blocks.0.attn.to_q"); fused source layers (qkv, linear1) are already split.
   std::map<std::string, LoraModuleWeights> modules;
+  /// Whole tensors that replace the model's (BFL control LoRAs carry the query/key RMSNorm scales),
+  /// by diffusers parameter name ("transformer_blocks.0.attn.norm_q.weight"); float32.
+  std::map<std::string, at::Tensor> replaced_weights;
   /// Things dropped with a reason (dora_scale keys, text-encoder LoRA parts), for the log.
   std::vector<std::string> warnings;
 };
@@ -47,7 +50,8 @@ REMAT_API LoraFile read_lora_file(const std::string& path);
 
 /// Adds user_scale * scale * up @ down to the weight of every module of `lora` in `model`
 /// (computed in float32, rounded once to the weight's dtype); user_scale 0 leaves every weight
-/// bit-for-bit unchanged. Checks everything first and changes nothing on error: a module the
+/// bit-for-bit unchanged. lora.replaced_weights are copied in when user_scale != 0 (diffusers
+/// replaces them whatever the scale; remat keeps scale 0 the untouched base model). Checks everything first and changes nothing on error: a module the
 /// model does not have, or factors whose shapes do not fit it, is a c10::ValueError naming the
 /// file, the module and both shapes ("a LoRA for another model shape").
 REMAT_API void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scale);

@@ -1,0 +1,36 @@
+// A Flux transformer from a .safetensors file or a component folder, in either weight layout.
+#include "remat/encoders/flux_transformer_weights.h"
+
+#include <filesystem>
+
+#include "remat/encoders/pipeline_folder.h"
+#include "remat/models/flux_weight_formats.h"
+
+namespace remat::encoders {
+namespace {
+
+bool is_directory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+}  // namespace
+
+void load_flux_transformer_weights(models::FluxImpl& model, const std::string& file_or_component_dir) {
+  if (is_directory(file_or_component_dir)) {
+    // The folder's files (one, or shards checked against their index), in whichever layout.
+    models::load_flux_weights(model, open_component_weights(file_or_component_dir));
+    return;
+  }
+  models::load_flux_weights(model, file_or_component_dir);
+}
+
+std::optional<models::FluxConfig> flux_config_for_weights(const std::string& file_or_component_dir) {
+  if (is_directory(file_or_component_dir)) {
+    return models::FluxConfig::from_json_file((std::filesystem::path(file_or_component_dir) / "config.json").string());
+  }
+  if (!models::is_bfl_flux_file(file_or_component_dir)) return std::nullopt;
+  return models::flux_config_from_bfl(io::SafetensorsFile::open(file_or_component_dir));
+}
+
+}  // namespace remat::encoders
