@@ -146,9 +146,9 @@ int64_t ValidationRenderer::held_bytes() const {
   return static_cast<int64_t>(bytes);
 }
 
-ValidationReport ValidationRenderer::render(models::FluxImpl& transformer, int64_t step, const at::Device& device) {
+ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t step, const at::Device& device) {
   State& s = *state_;
-  ValidationReport report;
+  ValidationRun report;
   report.step = step;
   const auto start = std::chrono::steady_clock::now();
   memory::PeakScope peak(device);

@@ -39,7 +39,7 @@ struct TrainResult {
   int64_t final_step = 0;
   bool interrupted = false;
   /// Each validation of this invocation (time, peak memory, files), in order.
-  std::vector<ValidationReport> validations;
+  std::vector<ValidationRun> validations;
 };
 
 /// Runs training as `config` says (validated by load_train_config). Throws ValidationError for

@@ -103,7 +103,7 @@ REMAT_API std::string validation_pipeline_folder(const TrainConfig& config);
 REMAT_API void write_validation_gallery(const std::string& dir, const std::vector<ValidationPrompt>& prompts);
 
 /// What one validation cost.
-struct ValidationReport {
+struct ValidationRun {
   int64_t step = 0;
   int64_t images = 0;
   double seconds = 0;
@@ -130,7 +130,7 @@ class REMAT_API ValidationRenderer {
   /// and autocast as the training step uses it, then back in its previous mode), decodes them on
   /// `device`, writes the PNGs (text chunks: prompt, seed, steps, guidance, training step, model)
   /// and rewrites index.html. Logs one line with the time and peak memory.
-  ValidationReport render(models::FluxImpl& transformer, int64_t step, const at::Device& device);
+  ValidationRun render(models::FluxImpl& transformer, int64_t step, const at::Device& device);
 
   const std::vector<ValidationPrompt>& prompts() const;
   const std::vector<ValidationResolution>& resolutions() const;
