@@ -209,6 +209,20 @@ void check_pixels(const at::Tensor& pixels, const std::string& path) {
 
 }  // namespace
 
+void check_png_text(const PngText& text, const std::string& path) {
+  std::vector<uint32_t> cps;
+  for (const auto& [key, value] : text) {
+    png_keyword(key, path);
+    if (!utf8_code_points(value, cps)) {
+      throw_value_error("[sample] '" + path + "': the value of PNG text key \"" + key + "\" is not valid UTF-8");
+    }
+    if (value.find('\0') != std::string::npos) {
+      throw_value_error("[sample] '" + path + "': the value of PNG text key \"" + key +
+                        "\" contains a NUL character, which PNG text cannot hold");
+    }
+  }
+}
+
 void write_png(const std::string& path, const at::Tensor& pixels, const PngText& text) {
   check_pixels(pixels, path);
   const at::Tensor data = pixels.contiguous();
@@ -219,17 +233,10 @@ void write_png(const std::string& path, const at::Tensor& pixels, const PngText&
   std::vector<png_text> chunks(text.size());
   keys.reserve(text.size());
   values.reserve(text.size());
-  std::vector<uint32_t> cps;
+  check_png_text(text, path);
   for (size_t i = 0; i < text.size(); ++i) {
     const auto& [key, value] = text[i];
     keys.push_back(png_keyword(key, path));
-    if (!utf8_code_points(value, cps)) {
-      throw_value_error("[sample] '" + path + "': the value of PNG text key \"" + key + "\" is not valid UTF-8");
-    }
-    if (value.find('\0') != std::string::npos) {
-      throw_value_error("[sample] '" + path + "': the value of PNG text key \"" + key +
-                        "\" contains a NUL character, which PNG text cannot hold");
-    }
     values.push_back(value);
     png_text& chunk = chunks[i];
     std::memset(&chunk, 0, sizeof(chunk));

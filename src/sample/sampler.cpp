@@ -14,10 +14,16 @@
 namespace remat::sample {
 namespace {
 
-void check_size(const char* what, int64_t pixels) {
+void check_size(const char* what, int64_t pixels, int64_t vae_scale_factor) {
   if (pixels < 16 || pixels % 16 != 0) {
-    throw_value_error(std::string("[sample] ") + what + " must be a positive multiple of 16 (the VAE's 8x " +
-                      "downsampling times Flux's 2x2 packing), got " + std::to_string(pixels));
+    throw_value_error(std::string("[sample] ") + what + " must be a positive multiple of 16 (FLUX.1's VAE " +
+                      "downsamples 8x, then Flux packs 2x2 latent patches), got " + std::to_string(pixels));
+  }
+  if (pixels % (2 * vae_scale_factor) != 0) {
+    throw_value_error(std::string("[sample] ") + what + " must be a multiple of " +
+                      std::to_string(2 * vae_scale_factor) + " (this VAE downsamples " +
+                      std::to_string(vae_scale_factor) + "x, then Flux packs 2x2 latent patches), got " +
+                      std::to_string(pixels));
   }
 }
 
@@ -58,8 +64,11 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
                    const PromptEmbeddings& positive, const PromptEmbeddings* negative,
                    const SamplingSettings& settings, const StepCallback& on_step) {
   const models::FluxConfig& config = transformer.config();
-  check_size("width", settings.width);
-  check_size("height", settings.height);
+  if (settings.vae_scale_factor < 1) {
+    throw_value_error("[sample] vae_scale_factor must be >= 1, got " + std::to_string(settings.vae_scale_factor));
+  }
+  check_size("width", settings.width, settings.vae_scale_factor);
+  check_size("height", settings.height, settings.vae_scale_factor);
   if (settings.num_inference_steps < 1) {
     throw_value_error("[sample] num_inference_steps must be >= 1, got " +
                       std::to_string(settings.num_inference_steps));
@@ -82,7 +91,9 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
   // Noise on a private CPU generator (bit-identical to torch.randn with the same seed), so no
   // global random state moves: validation during training must not shift the training stream.
   const int64_t channels = config.in_channels / 4;
-  const int64_t h = 2 * (settings.height / 16), w = 2 * (settings.width / 16);
+  // FluxPipeline.prepare_latents: 2 * (H // (2 f)), exact here since H is a multiple of 2 f.
+  const int64_t f = settings.vae_scale_factor;
+  const int64_t h = 2 * (settings.height / (2 * f)), w = 2 * (settings.width / (2 * f));
   at::Generator generator = at::detail::createCPUGenerator(settings.seed);
   const at::Tensor noise = at::randn({1, channels, h, w}, generator, at::TensorOptions().dtype(latent_dtype));
   at::Tensor latents = models::flux_pack_latents(noise).to(model_weight.device());

@@ -259,6 +259,142 @@ expect_quick 2 "in-the-cloud" -- "$remat" train --pretrained_model_name_or_path=
 [[ ! -e "$work/aws-out/metrics.jsonl" ]] && echo "ok: a bad backend writes nothing" \
   || { echo "FAIL: a bad backend wrote $work/aws-out/metrics.jsonl"; failures=$((failures + 1)); }
 
+# Weight formats (issue 13): the tiny model converted to Black Forest Labs' single-file layout by the
+# script below (diffusers' convert_flux_transformer_checkpoint_to_diffusers read backwards, on the
+# raw bytes) runs to the same output as the diffusers file, its config read from its shapes.
+python3 - "$work/w.safetensors" "$work/w_bfl.safetensors" "$work/fwd_in.safetensors" <<'PY'
+import json, re, struct, sys
+src, dst, inputs = sys.argv[1:4]
+raw = open(src, "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+header.pop("__metadata__", None)
+def get(k):
+    e = header.pop(k); b, f = e["data_offsets"]; return e["dtype"], e["shape"], data[b:f]
+out = {}
+def move(bfl, d): out[bfl] = get(d)
+def cat(bfl, parts):  # row-major: concatenating along dim 0 is concatenating the bytes
+    ts = [get(p) for p in parts]
+    out[bfl] = (ts[0][0], [sum(t[1][0] for t in ts)] + ts[0][1][1:], b"".join(t[2] for t in ts))
+def write(path, tensors):
+    hdr, blobs, off = {}, [], 0
+    for k, (dt, shape, blob) in tensors.items():
+        hdr[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}; blobs.append(blob); off += len(blob)
+    h = json.dumps(hdr).encode(); h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+count = lambda p: 1 + max(int(m.group(1)) for k in header if (m := re.match(p + r"\.(\d+)\.", k)))
+double, single = count("transformer_blocks"), count("single_transformer_blocks")
+for wb in ("weight", "bias"):
+    for e, b in (("timestep_embedder", "time_in"), ("text_embedder", "vector_in"), ("guidance_embedder", "guidance_in")):
+        move(f"{b}.in_layer.{wb}", f"time_text_embed.{e}.linear_1.{wb}"); move(f"{b}.out_layer.{wb}", f"time_text_embed.{e}.linear_2.{wb}")
+    move(f"txt_in.{wb}", f"context_embedder.{wb}"); move(f"img_in.{wb}", f"x_embedder.{wb}")
+    for i in range(double):
+        b, t = f"double_blocks.{i}.", f"transformer_blocks.{i}."
+        for bfl, d in (("img_mod.lin", "norm1.linear"), ("txt_mod.lin", "norm1_context.linear"), ("img_mlp.0", "ff.net.0.proj"),
+                       ("img_mlp.2", "ff.net.2"), ("txt_mlp.0", "ff_context.net.0.proj"), ("txt_mlp.2", "ff_context.net.2"),
+                       ("img_attn.proj", "attn.to_out.0"), ("txt_attn.proj", "attn.to_add_out")):
+            move(f"{b}{bfl}.{wb}", f"{t}{d}.{wb}")
+        cat(f"{b}img_attn.qkv.{wb}", [f"{t}attn.to_{x}.{wb}" for x in "qkv"])
+        cat(f"{b}txt_attn.qkv.{wb}", [f"{t}attn.add_{x}_proj.{wb}" for x in "qkv"])
+    for i in range(single):
+        b, t = f"single_blocks.{i}.", f"single_transformer_blocks.{i}."
+        move(f"{b}modulation.lin.{wb}", f"{t}norm.linear.{wb}"); move(f"{b}linear2.{wb}", f"{t}proj_out.{wb}")
+        cat(f"{b}linear1.{wb}", [f"{t}attn.to_{x}.{wb}" for x in "qkv"] + [f"{t}proj_mlp.{wb}"])
+    move(f"final_layer.linear.{wb}", f"proj_out.{wb}")
+    dt, shape, blob = get(f"norm_out.linear.{wb}")  # diffusers (scale, shift) -> BFL (shift, scale)
+    out[f"final_layer.adaLN_modulation.1.{wb}"] = (dt, shape, blob[len(blob) // 2:] + blob[:len(blob) // 2])
+for i in range(double):
+    for s, d in (("img_attn.norm.query_norm", "norm_q"), ("img_attn.norm.key_norm", "norm_k"),
+                 ("txt_attn.norm.query_norm", "norm_added_q"), ("txt_attn.norm.key_norm", "norm_added_k")):
+        move(f"double_blocks.{i}.{s}.scale", f"transformer_blocks.{i}.attn.{d}.weight")
+for i in range(single):
+    for s, d in (("query_norm", "norm_q"), ("key_norm", "norm_k")):
+        move(f"single_blocks.{i}.norm.{s}.scale", f"single_transformer_blocks.{i}.attn.{d}.weight")
+assert not header, f"unconverted keys: {sorted(header)[:3]}"
+write(dst, out)
+f32 = lambda shape, seed: ("F32", list(shape), struct.pack(f"<{eval('*'.join(map(str, shape)))}f",
+                            *[((seed * 7919 + j * 104729) % 1000) / 500.0 - 1.0 for j in range(eval('*'.join(map(str, shape))))]))
+write(inputs, {"hidden_states": f32((1, 4, 64), 1), "encoder_hidden_states": f32((1, 3, 32), 2),
+               "pooled_projections": f32((1, 16), 3), "timestep": ("F32", [1], struct.pack("<f", 0.6)),
+               "img_ids": ("F32", [4, 3], struct.pack("<12f", 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 1, 1)),
+               "txt_ids": ("F32", [3, 3], struct.pack("<9f", *[0] * 9)), "guidance": ("F32", [1], struct.pack("<f", 3.5))})
+PY
+expect_quick 0 "" -- "$remat" forward --model_family flux --model_flavour flux-tiny --weights "$work/w.safetensors" --inputs "$work/fwd_in.safetensors" --output "$work/fwd_diffusers.safetensors"
+expect_quick 0 "" -- "$remat" forward --model_family flux --weights "$work/w_bfl.safetensors" --inputs "$work/fwd_in.safetensors" --output "$work/fwd_bfl.safetensors"
+cmp -s "$work/fwd_diffusers.safetensors" "$work/fwd_bfl.safetensors" && echo "ok: BFL and diffusers weights give the same forward output" \
+  || { echo "FAIL: the BFL file's forward output differs from the diffusers file's"; failures=$((failures + 1)); }
+printf '{"num_layers": 4, "num_single_layers": 8, "attention_head_dim": 64, "num_attention_heads": 2, "joint_attention_dim": 64, "pooled_projection_dim": 32, "axes_dims_rope": [16, 24, 24]}\n' > "$work/small_config.json"
+expect_quick 2 "img_in.weight has shape [64, 64], the model needs [128, 64]" -- "$remat" forward --model_family flux --pretrained_transformer_config "$work/small_config.json" --weights "$work/w_bfl.safetensors" --inputs "$work/fwd_in.safetensors" --output "$work/o.safetensors"
+[[ ! -e "$work/o.safetensors" ]] || { echo "FAIL: an output was written after a refused BFL file"; failures=$((failures + 1)); }
+# 12. `remat sample` on the demo pipeline (docs/SAMPLING.md): PNGs with their parameters in text
+#     chunks, the same picture for the same seed, the LoRA trained in 11 merged; bad input exits 2
+#     naming it, before any model loads, with no PNG written.
+sample=(--pipeline="$work/pipe" --width=32 --height=48 --num_inference_steps=2 --dtype=float32)
+expect_quick 0 "wrote $work/s1.png (32 x 48)" -- "$remat" sample "${sample[@]}" --prompt="a red square" --seed=5 --output="$work/s1.png"
+expect_quick 0 "wrote $work/s2.png" -- "$remat" sample "${sample[@]}" --prompt="a red square" --seed=5 --output="$work/s2.png"
+expect_quick 0 "wrote $work/s3.png" -- "$remat" sample "${sample[@]}" --prompt="a red square" --seed=6 --output="$work/s3.png"
+cmp -s "$work/s1.png" "$work/s2.png" && echo "ok: same seed, same PNG" \
+  || { echo "FAIL: the same seed gave different PNGs"; failures=$((failures + 1)); }
+cmp -s "$work/s1.png" "$work/s3.png" && { echo "FAIL: seeds 5 and 6 gave the same PNG"; failures=$((failures + 1)); } \
+  || echo "ok: another seed, another PNG"
+expect_quick 0 "picture 1/1 step 2/2" -- "$remat" sample "${sample[@]}" --prompt="a red square" --output="$work/progress.png"
+# The text chunks, read with a PNG chunk walk written here.
+chunks=$(python3 - "$work/s1.png" <<'PY'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+at, out = 8, []
+while at + 12 <= len(data):
+    n, kind = struct.unpack(">I4s", data[at:at + 8])
+    if kind == b"tEXt":
+        key, value = data[at + 8:at + 8 + n].split(b"\0", 1)
+        out.append("%s=%s" % (key.decode("latin-1"), value.decode("latin-1")))
+    at += 12 + n
+print(";".join(out))
+PY
+)
+want="prompt=a red square;negative_prompt=;seed=5;steps=2;guidance=3.5;true_cfg_scale=1;width=32;height=48;model=$work/pipe;loras=;software=remat"
+[[ "$chunks" == "$want" ]] && echo "ok: PNG text chunks" \
+  || { echo "FAIL: PNG text chunks: $chunks (want $want)"; failures=$((failures + 1)); }
+# Several prompts (a file and a flag): <stem>_001.png, ... in prompt order; a LoRA with a scale.
+printf 'a blue square\n\na green square\r\n' > "$work/prompts.txt"
+lora="$work/pics-out/pytorch_lora_weights.safetensors"
+expect_quick 0 "wrote $work/many_003.png" -- "$remat" sample "${sample[@]}" --prompt="a red square" --prompt_file="$work/prompts.txt" --lora="$lora:0.5" --output="$work/many.png"
+[[ -f "$work/many_001.png" && -f "$work/many_002.png" && ! -e "$work/many.png" ]] && echo "ok: numbered outputs" \
+  || { echo "FAIL: numbered outputs: $(ls "$work" | grep many | tr '\n' ' ')"; failures=$((failures + 1)); }
+expect_quick 0 "wrote $work/lora0.png" -- "$remat" sample "${sample[@]}" --prompt="a red square" --seed=5 --lora="$lora:0" --output="$work/lora0.png"
+# The pixel data (IDAT onwards) is the same; the text chunks differ (loras).
+python3 -c "import sys; a, b = (open(p, 'rb').read() for p in sys.argv[1:]); sys.exit(a[a.find(b'IDAT'):] != b[b.find(b'IDAT'):])" \
+  "$work/s1.png" "$work/lora0.png" && echo "ok: a LoRA at scale 0 gives the base model's pixels" \
+  || { echo "FAIL: a LoRA at scale 0 changed the picture"; failures=$((failures + 1)); }
+# Bad input. LoRA files written here: an unknown format, and a PEFT LoRA whose shapes fit no flux-tiny layer.
+python3 - "$work" <<'PY'
+import json, struct, sys
+def save(path, tensors):
+    header, blob = {}, b""
+    for key, shape in tensors.items():
+        count = 1
+        for s in shape: count *= s
+        header[key] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + 4 * count]}
+        blob += struct.pack("<%df" % count, *([0.01] * count))
+    text = json.dumps(header).encode()
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + blob)
+save(sys.argv[1] + "/unknown_lora.safetensors", {"model.some_layer.weight": [2, 2]})
+save(sys.argv[1] + "/wide_lora.safetensors", {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight": [2, 128],
+                                               "transformer.transformer_blocks.0.attn.to_q.lora_B.weight": [128, 2]})
+PY
+expect_quick 2 "model.some_layer.weight" -- "$remat" sample "${sample[@]}" --prompt=x --lora="$work/unknown_lora.safetensors" --output="$work/bad1.png"
+expect_quick 2 "a LoRA for another model shape" -- "$remat" sample "${sample[@]}" --prompt=x --lora="$work/wide_lora.safetensors" --output="$work/bad2.png"
+expect_quick 2 "width must be a positive multiple of 16, got 100" -- "$remat" sample --pipeline="$work/pipe" --prompt=x --width=100 --height=48 --output="$work/bad3.png"
+cp -r "$work/pipe" "$work/pipe-no-vae" && rm -rf "$work/pipe-no-vae/vae"
+expect_quick 2 "component 'vae' needs the directory" -- "$remat" sample --pipeline="$work/pipe-no-vae" --prompt=x --width=32 --height=32 --output="$work/bad4.png"
+expect_quick 2 "--output must name a .png file" -- "$remat" sample "${sample[@]}" --prompt=x --output="$work/bad5.jpg"
+expect_quick 2 "nothing to sample" -- "$remat" sample "${sample[@]}" --output="$work/bad6.png"
+expect_quick 2 "missing_lora.safetensors" -- "$remat" sample "${sample[@]}" --prompt=x --lora="$work/missing_lora.safetensors:0.5" --output="$work/bad7.png"
+printf 'a red square\n\xff\xfe not UTF-8\n' > "$work/bad-prompts.txt"
+expect_quick 2 "bad8_002.png': the value of PNG text key \"prompt\" is not valid UTF-8" -- "$remat" sample "${sample[@]}" --prompt_file="$work/bad-prompts.txt" --output="$work/bad8.png"
+ls "$work"/bad*.png > /dev/null 2>&1 && { echo "FAIL: a PNG was written after an error: $(ls "$work"/bad*)"; failures=$((failures + 1)); } \
+  || echo "ok: no PNG after bad input"
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1

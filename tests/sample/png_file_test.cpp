@@ -105,6 +105,10 @@ TEST(PngFileTest, BadArgumentsWriteNothing) {
   expect_refused(pixels, {{"k", std::string("a\0b", 3)}}, "NUL");
   expect_refused(pixels, {{"k", "\xC3("}}, "UTF-8");
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  // The same checks without writing.
+  EXPECT_NE(error_of([&] { check_png_text({{"k", "\xC3("}}, path); }).find("UTF-8"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_png_text({{"", "v"}}, path); }).find("PNG keyword"), std::string::npos);
+  check_png_text({{"prompt", "猫"}}, path);
 }
 
 TEST(PngFileTest, AFailedWriteKeepsTheOldFile) {

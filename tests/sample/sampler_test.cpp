@@ -69,6 +69,18 @@ TEST_F(SamplerTest, OneStepIsNoiseMinusVelocity) {
   EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6));
 }
 
+TEST(SamplerNoiseTest, IsDiffusersNoiseForTheSeed) {
+  // PIPELINE.md §1.8: diffusers' FluxPipeline at 64 x 48 with seed 7 drew torch.randn((1, 16, 8, 6))
+  // from a CPU generator; these are its first values (AVX2 kernel; the scalar kernel differs by
+  // at most 1e-6). denoise draws its noise exactly so (the tests above rebuild it the same way).
+  auto generator = at::detail::createCPUGenerator(7);
+  const at::Tensor noise = at::randn({1, 16, 8, 6}, generator, at::kFloat);
+  const at::Tensor token0 = models::flux_pack_latents(noise)[0][0].slice(0, 0, 6);
+  const at::Tensor expected =
+      torch::tensor({-0.8201345f, 0.3956312f, -0.6410915f, -0.8936554f, -0.1781926f, -0.2594989f});
+  EXPECT_TRUE(at::allclose(token0, expected, 0, 2e-6)) << token0;
+}
+
 TEST_F(SamplerTest, TwoStepsFollowTheSchedule) {
   settings_.num_inference_steps = 2;
   const at::Tensor got = run(settings_);
@@ -124,10 +136,30 @@ TEST_F(SamplerTest, TrueCfgCombinesBothPredictions) {
   EXPECT_TRUE(at::equal(run(settings_, &negative_), run(settings_)));
 }
 
+TEST_F(SamplerTest, TheLatentGridFollowsTheVaeScaleFactor) {
+  EXPECT_EQ(run(settings_).sizes(), (std::vector<int64_t>{16, 8, 6}));  // FLUX.1's VAE: H / 8
+  settings_.vae_scale_factor = 2;                                        // a 2-level VAE: H / 2
+  EXPECT_EQ(run(settings_).sizes(), (std::vector<int64_t>{16, 32, 24}));
+  settings_.vae_scale_factor = 16;  // 48 is not a multiple of 32
+  EXPECT_NE(error_of([&] { run(settings_); }).find("multiple of 32"), std::string::npos);
+}
+
 TEST_F(SamplerTest, GuidanceScaleReachesTheModel) {
   const at::Tensor a = run(settings_);
   settings_.guidance_scale = 1.0;
   EXPECT_FALSE(at::allclose(a, run(settings_)));
+}
+
+TEST_F(SamplerTest, ModelsWithoutGuidanceEmbeddingIgnoreTheGuidanceScale) {
+  auto config = models::FluxConfig::preset("flux-tiny");
+  config.guidance_embeds = false;  // schnell-like
+  torch::manual_seed(0);
+  models::Flux schnell(config);
+  schnell->eval();
+  const auto scheduler = FlowMatchSchedulerConfig::flux_schnell();
+  const at::Tensor a = denoise(*schnell, scheduler, positive_, nullptr, settings_);
+  settings_.guidance_scale = 9.0;
+  EXPECT_TRUE(at::equal(a, denoise(*schnell, scheduler, positive_, nullptr, settings_)));
 }
 
 TEST_F(SamplerTest, ReportsEveryStep) {

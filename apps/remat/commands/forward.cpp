@@ -20,7 +20,7 @@ int run_forward(const std::vector<std::string>& args) {
   ModelFlags model;
   model.add_to(app);
   std::string weights, inputs_path, output;
-  app.add_option("--weights", weights, "Transformer weights (.safetensors, diffusers key names)")->required();
+  app.add_option("--weights", weights, "Transformer weights (.safetensors, diffusers or Black Forest Labs key names; docs/WEIGHT_FORMATS.md)")->required();
   app.add_option("--inputs", inputs_path,
                  "Input tensors (.safetensors). Flux: hidden_states, encoder_hidden_states, "
                  "pooled_projections, timestep, img_ids, txt_ids, guidance (dev)")->required();

@@ -22,6 +22,11 @@ using PngText = std::vector<std::pair<std::string, std::string>>;
 /// the path or the bad argument.
 REMAT_API void write_png(const std::string& path, const at::Tensor& pixels, const PngText& text = {});
 
+/// Throws the c10::ValueError write_png would throw for `text` (a key that is not a PNG keyword,
+/// a value that is not UTF-8 or holds a NUL), naming `path`: a check before any work whose result
+/// will be written.
+REMAT_API void check_png_text(const PngText& text, const std::string& path);
+
 /// The text chunks of the PNG at `path`, in file order (tEXt, zTXt and iTXt). Throws
 /// c10::ValueError naming the path when it is not a readable PNG.
 REMAT_API PngText read_png_text(const std::string& path);

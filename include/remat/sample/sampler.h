@@ -37,6 +37,10 @@ struct SamplingSettings {
   int64_t no_cfg_until_step = 0;
   /// Seed of the CPU generator the initial noise is drawn from (same seed, same picture).
   uint64_t seed = 0;
+  /// Pixels per latent pixel of the VAE that decodes the result: 2^(len(block_out_channels) - 1),
+  /// 8 for FLUX.1's VAE (encoders::FluxEncoders::vae_scale_factor). FluxPipeline sizes the latent
+  /// grid from it; width and height must also be multiples of 2 f.
+  int64_t vae_scale_factor = 8;
 };
 
 /// Called after each denoising step with (steps done, total steps).
@@ -44,12 +48,13 @@ using StepCallback = std::function<void(int64_t, int64_t)>;
 
 /// FluxPipeline's denoising loop on `transformer` (any dtype, any device; its current training /
 /// eval mode and LoRA branches are used as they are; gradients are not recorded). The initial noise
-/// (1, C, 2 floor(H/16), 2 floor(W/16)) is drawn on the CPU from a generator seeded with
-/// settings.seed, in the dtype of positive.prompt_embeds, then moved to the transformer's device;
+/// (1, C, H / f, W / f), f = settings.vae_scale_factor, is drawn on the CPU from a generator
+/// seeded with settings.seed, in the dtype of positive.prompt_embeds, then moved to the
+/// transformer's device;
 /// no global random state is touched. `negative` is used only when settings.true_cfg_scale > 1.
 /// Returns the final latents (C, h, w) in float32 on the CPU, in the transformer's latent space
 /// (before the VAE's scaling and shift). Throws c10::ValueError for a width or height that is not
-/// a positive multiple of 16, embeddings that do not fit the transformer, or steps < 1.
+/// a positive multiple of 16 and of 2 f, embeddings that do not fit the transformer, or steps < 1.
 REMAT_API at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig& scheduler,
                              const PromptEmbeddings& positive, const PromptEmbeddings* negative,
                              const SamplingSettings& settings, const StepCallback& on_step = {});

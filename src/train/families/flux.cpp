@@ -5,7 +5,10 @@
 
 #include <torch/torch.h>
 
+#include "remat/encoders/flux_transformer_weights.h"
+#include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
+#include "remat/models/flux_weight_formats.h"
 #include "remat/models/lora.h"
 #include "remat/train/family.h"
 #include "remat/train/schedule.h"
@@ -44,8 +47,12 @@ std::vector<FlavourSpec> flux_flavours() {
 }
 
 models::FluxConfig config_of(const TransformerSpec& spec) {
-  return spec.config_json ? models::FluxConfig::from_json(*spec.config_json)
-                          : models::FluxConfig::preset(model_family(kName).preset_of(spec.preset));
+  if (spec.config_json) return models::FluxConfig::from_json(*spec.config_json);
+  // A single Black Forest Labs file carries no config.json: its shapes define the model.
+  if (spec.weights && models::is_bfl_flux_file(*spec.weights)) {
+    return models::flux_config_from_bfl(io::SafetensorsFile::open(*spec.weights));
+  }
+  return models::FluxConfig::preset(model_family(kName).preset_of(spec.preset));
 }
 
 // SimpleTuner's per-flavour settings (flux/model.py check_user_config).
@@ -68,7 +75,8 @@ class FluxTransformer final : public Transformer {
  public:
   FluxTransformer(const TransformerSpec& spec, const at::Device& device)
       : model_(config_of(spec)) {
-    load_weights(*model_, spec.weights);
+    // Either layout (diffusers or BFL), a file or a component folder.
+    if (spec.weights) encoders::load_flux_transformer_weights(*model_, *spec.weights);
     model_->to(device);
   }
 

@@ -1,0 +1,203 @@
+// `remat sample`: text to image with a diffusers Flux pipeline folder and any number of LoRAs
+// (remat/sample/pipeline.h). Writes one PNG per prompt with the generation parameters in PNG text
+// chunks; progress per denoising step goes to stderr.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "command.h"
+#include "parse_args.h"
+#include "remat/error.h"
+#include "remat/io/files.h"
+#include "remat/memory.h"
+#include "remat/sample/pipeline.h"
+#include "remat/sample/png_file.h"
+#include "remat/train/startup_checks.h"
+
+namespace remat::cli {
+namespace {
+
+constexpr uint64_t kMaxPromptFileBytes = uint64_t{16} << 20;
+
+// One prompt per line; blank lines are skipped, a trailing '\r' (Windows line ends) dropped.
+std::vector<std::string> read_prompt_file(const std::string& path) {
+  const std::string text = io::read_regular_file(path, kMaxPromptFileBytes, "sample", "--prompt_file");
+  std::vector<std::string> prompts;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back(line);
+  }
+  if (prompts.empty()) throw_value_error("[sample] --prompt_file '" + path + "' holds no prompt (one per line)");
+  return prompts;
+}
+
+// --output as given for one picture; for several, <stem>_<i><ext> with i = 001, 002, ... in
+// prompt order (the width grows past 999 pictures), next to it.
+std::vector<std::string> output_paths(const std::string& output, size_t count) {
+  if (count == 1) return {output};
+  const std::filesystem::path path(output);
+  const size_t width = std::max<size_t>(3, std::to_string(count).size());
+  std::vector<std::string> paths;
+  for (size_t i = 1; i <= count; ++i) {
+    std::string index = std::to_string(i);
+    index.insert(0, width - index.size(), '0');
+    paths.push_back((path.parent_path() / (path.stem().string() + "_" + index + path.extension().string())).string());
+  }
+  return paths;
+}
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;  // shortest form people write: 3.5, 1, 0.75
+  return out.str();
+}
+
+c10::Device parse_device(const std::string& text) {
+  std::optional<c10::Device> device;
+  try {
+    device = c10::Device(text);
+  } catch (const c10::Error&) {
+  }
+  if (!device || !(device->is_cpu() || device->is_cuda())) {
+    throw_value_error("[sample] --device must be cpu, cuda or cuda:N, got '" + text + "'");
+  }
+  if (device->is_cuda() && !torch::cuda::is_available()) {
+    throw_value_error("[sample] --device " + text + ": this build or machine has no CUDA device");
+  }
+  return *device;
+}
+
+int run_sample(const std::vector<std::string>& args) {
+  CLI::App app{"Text to image with a diffusers Flux pipeline folder (FluxPipeline: flow-matching Euler with "
+               "the scheduler config's shift) and any number of LoRAs. Writes PNGs with the prompt, seed, "
+               "steps, guidance and model in PNG text chunks.",
+               "remat sample"};
+  std::string folder, output, prompt_file, dtype = "bfloat16", device_text = "cpu";
+  std::vector<std::string> prompts, lora_texts;
+  std::optional<std::string> negative_prompt;
+  sample::SamplingSettings settings;
+  int64_t seed = 0, max_length = 512, tiling_above = 1024, threads = 0;
+  app.add_option("--pipeline,--pretrained_model_name_or_path", folder,
+                 "A diffusers Flux pipeline folder (model_index.json, transformer/, vae/, text_encoder/, "
+                 "text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/)")
+      ->required();
+  app.add_option("--prompt", prompts, "A prompt (repeat for several pictures)");
+  app.add_option("--prompt_file", prompt_file, "A text file with one prompt per line (blank lines skipped)");
+  app.add_option("--negative_prompt", negative_prompt,
+                 "The negative prompt of true classifier-free guidance (used when --true_cfg_scale > 1)");
+  app.add_option("--width", settings.width, "Picture width in pixels, a multiple of 16")->capture_default_str();
+  app.add_option("--height", settings.height, "Picture height in pixels, a multiple of 16")->capture_default_str();
+  app.add_option("--num_inference_steps", settings.num_inference_steps, "Denoising steps")->capture_default_str();
+  app.add_option("--guidance_scale", settings.guidance_scale,
+                 "The embedded guidance of guidance-distilled models (FLUX.1-dev); ignored by models without it")
+      ->capture_default_str();
+  app.add_option("--true_cfg_scale", settings.true_cfg_scale,
+                 "True classifier-free guidance: > 1 with --negative_prompt runs a second transformer pass per "
+                 "step")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "Seed of the initial noise; every prompt uses it (same seed, same picture)")
+      ->capture_default_str();
+  app.add_option("--lora", lora_texts,
+                 "A LoRA file (PEFT/diffusers, kohya, Black Forest Labs or XLabs form) merged into the "
+                 "transformer, PATH or PATH:SCALE (default scale 1); repeat for several");
+  app.add_option("--output", output,
+                 "The PNG to write; with several prompts, <stem>_001.png, <stem>_002.png, ... in prompt order")
+      ->required();
+  app.add_option("--dtype", dtype, "Weights and computation of every model")
+      ->check(CLI::IsMember({"bfloat16", "float32", "bf16", "fp32"}))
+      ->capture_default_str();
+  app.add_option("--device", device_text, "Where the transformer and the VAE run: cpu, cuda or cuda:N "
+                                          "(the text encoders run on the CPU)")
+      ->capture_default_str();
+  app.add_option("--tokenizer_max_length,--max_sequence_length", max_length,
+                 "T5 tokens per prompt (FluxPipeline's max_sequence_length: 512 for dev, 256 for schnell)")
+      ->check(CLI::Range(int64_t{1}, int64_t{512}))
+      ->capture_default_str();
+  app.add_option("--vae_tiling_above", tiling_above,
+                 "The VAE decodes in tiles when the width or height exceeds this many pixels (0: always)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add_registry_option(app, "torch_num_threads", threads);
+  if (auto code = parse_or_exit(app, args)) return *code;
+  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+
+  // Everything is checked before any model loads (remat/sample/pipeline.h checks the rest).
+  if (!prompt_file.empty()) {
+    for (auto& p : read_prompt_file(prompt_file)) prompts.push_back(std::move(p));
+  }
+  if (prompts.empty()) throw_value_error("[sample] nothing to sample: give --prompt or --prompt_file");
+  std::string extension = std::filesystem::path(output).extension().string();
+  std::transform(extension.begin(), extension.end(), extension.begin(), ::tolower);
+  if (extension != ".png") throw_value_error("[sample] --output must name a .png file, got '" + output + "'");
+  train::check_output_file(output, "--output");
+  settings.seed = static_cast<uint64_t>(seed);
+
+  sample::PipelineOptions options;
+  options.folder = folder;
+  options.dtype = dtype == "float32" || dtype == "fp32" ? at::kFloat : at::kBFloat16;
+  options.device = parse_device(device_text);
+  options.max_sequence_length = max_length;
+  options.vae_tiling_above = tiling_above;
+  for (const auto& text : lora_texts) options.loras.push_back(sample::parse_lora_spec(text));
+
+  std::vector<sample::SampleRequest> requests;
+  for (const auto& p : prompts) requests.push_back({p, negative_prompt, settings});
+  const std::vector<std::string> paths = output_paths(output, requests.size());
+
+  std::string loras;
+  for (const auto& l : options.loras) loras += (loras.empty() ? "" : ", ") + l.path + ":" + number_text(l.scale);
+  auto png_text = [&](const sample::SampleRequest& r) {
+    return sample::PngText{
+        {"prompt", r.prompt},
+        {"negative_prompt", r.negative_prompt.value_or("")},
+        {"seed", std::to_string(r.settings.seed)},
+        {"steps", std::to_string(r.settings.num_inference_steps)},
+        {"guidance", number_text(r.settings.guidance_scale)},
+        {"true_cfg_scale", number_text(r.settings.true_cfg_scale)},
+        {"width", std::to_string(r.settings.width)},
+        {"height", std::to_string(r.settings.height)},
+        {"model", folder},
+        {"loras", loras},
+        {"software", "remat"},
+    };
+  };
+
+  // A prompt the PNG cannot record (not UTF-8, a NUL) fails now, not after the sampling.
+  for (size_t i = 0; i < requests.size(); ++i) sample::check_png_text(png_text(requests[i]), paths[i]);
+
+  sample::PipelineEvents events;
+  auto step_start = std::chrono::steady_clock::now();
+  events.on_stage = [&](const std::string& line) {
+    std::cerr << "remat sample: " << line << "\n";
+    step_start = std::chrono::steady_clock::now();  // a picture's first step is timed from its stage line
+  };
+  events.on_warning = [](const std::string& line) { std::cerr << "remat sample: warning: " << line << "\n"; };
+  events.on_step = [&](size_t index, int64_t step, int64_t steps) {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - step_start).count();
+    step_start = now;
+    std::fprintf(stderr, "remat sample: picture %zu/%zu step %lld/%lld (%.2f s)\n", index + 1, requests.size(),
+                 static_cast<long long>(step), static_cast<long long>(steps), seconds);
+  };
+  events.on_image = [&](size_t index, const at::Tensor& pixels) {
+    sample::write_png(paths[index], pixels, png_text(requests[index]));
+    std::cout << "wrote " << paths[index] << " (" << pixels.size(1) << " x " << pixels.size(0) << ")\n";
+  };
+  sample::run_pipeline(options, requests, events);
+  std::cerr << "remat sample: peak memory (tracked CPU tensors): " << memory::format_bytes(memory::peak_bytes())
+            << "\n";
+  return 0;
+}
+
+REMAT_COMMAND("sample", "text to image with a Flux pipeline folder and LoRAs, written as PNG", run_sample);
+
+}  // namespace
+}  // namespace remat::cli

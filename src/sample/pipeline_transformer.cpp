@@ -1,0 +1,58 @@
+// The transformer of a sampling run: built in its dtype from the pipeline folder's
+// transformer/config.json, loaded in either weight layout, LoRAs merged (remat/sample/pipeline.h).
+
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "remat/encoders/flux_transformer_weights.h"
+#include "remat/error.h"
+#include "remat/sample/pipeline.h"
+
+namespace remat::sample {
+namespace {
+
+// LibTorch creates parameters in the default dtype: a bf16 FLUX.1-dev built in float32 and then
+// converted would briefly need 48 GB for a 24 GB model. The default dtype is process-wide; the
+// pipeline builds nothing else meanwhile.
+class DefaultDtypeGuard {
+ public:
+  explicit DefaultDtypeGuard(at::ScalarType dtype) : saved_(c10::get_default_dtype()) {
+    c10::set_default_dtype(c10::scalarTypeToTypeMeta(dtype));
+  }
+  ~DefaultDtypeGuard() { c10::set_default_dtype(saved_); }
+  DefaultDtypeGuard(const DefaultDtypeGuard&) = delete;
+  DefaultDtypeGuard& operator=(const DefaultDtypeGuard&) = delete;
+
+ private:
+  caffe2::TypeMeta saved_;
+};
+
+}  // namespace
+
+models::Flux load_transformer_with_loras(const std::string& transformer_dir, at::ScalarType dtype, c10::Device device,
+                                         const std::vector<models::LoraFile>& loras,
+                                         const std::vector<LoraSpec>& specs) {
+  if (dtype != at::kFloat && dtype != at::kBFloat16) {
+    throw_value_error(std::string("[sample] dtype must be float32 or bfloat16, got ") + c10::toString(dtype));
+  }
+  if (loras.size() != specs.size()) {
+    throw_value_error("[sample] " + std::to_string(loras.size()) + " LoRA files but " +
+                      std::to_string(specs.size()) + " LoRA scales");
+  }
+  const auto config =
+      models::FluxConfig::from_json_file((std::filesystem::path(transformer_dir) / "config.json").string());
+  models::Flux model{nullptr};
+  {
+    DefaultDtypeGuard guard(dtype);
+    model = models::Flux(config);
+  }
+  encoders::load_flux_transformer_weights(*model, transformer_dir);
+  // Merged on the CPU, in float32 per module and rounded once to the weights' dtype.
+  for (size_t i = 0; i < loras.size(); ++i) models::merge_lora(*model, loras[i], specs[i].scale);
+  model->to(device);
+  model->eval();
+  return model;
+}
+
+}  // namespace remat::sample

@@ -1,0 +1,340 @@
+// run_pipeline on the demo pipeline folder (tiny random models, CPU): the same pictures as the
+// stages run by hand with the lower-level APIs, deterministic per seed, LoRAs merged as their
+// live branches compute (scale 0: the base model bit for bit), and every bad input refused
+// before any model loads.
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "remat/encoders/demo_pipeline.h"
+#include "remat/encoders/flux_encoders.h"
+#include "remat/encoders/pipeline_folder.h"
+#include "remat/io/safetensors.h"
+#include "remat/memory.h"
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "remat/sample/pipeline.h"
+#include "temp_dir.h"
+#include "value_error.h"
+
+namespace remat::sample {
+namespace {
+
+namespace fs = std::filesystem;
+using remat::testing::error_of;
+using remat::testing::TempDir;
+
+// A PEFT LoRA file as remat's trainer writes it, for a random model of `config`, with random
+// (non-zero) factors. Returns the factors by module-less key ("<module>.lora_A.weight").
+std::map<std::string, at::Tensor> write_peft_lora(const std::string& path, const models::FluxConfig& config,
+                                                  uint64_t seed, int64_t rank = 4, double alpha = 2.0) {
+  torch::manual_seed(seed);
+  models::Flux model(config);
+  models::apply_lora(*model, models::flux_lora_target_modules("all"), rank, alpha);
+  std::vector<io::NamedTensor> entries;
+  std::map<std::string, at::Tensor> factors;
+  for (const auto& [key, tensor] : models::lora_state_dict(*model)) {
+    at::Tensor value = tensor.detach().clone();
+    if (key.find("lora_B") != std::string::npos) value.normal_(0.0, 0.2);  // trained: B is no longer zero
+    entries.emplace_back(key, value);
+    factors[key.substr(std::string("transformer.").size())] = value;
+  }
+  const nlohmann::json adapter{{"transformer.r", rank}, {"transformer.lora_alpha", alpha}};
+  io::save_safetensors(path, entries, {{"format", "pt"}, {"lora_adapter_metadata", adapter.dump()}});
+  return factors;
+}
+
+class PipelineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir("remat_pipeline_test");
+    encoders::write_demo_pipeline(folder());
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string folder() { return *dir_ / "pipeline"; }
+  static models::FluxConfig transformer_config() {
+    return models::FluxConfig::from_json_file(folder() + "/transformer/config.json");
+  }
+
+  void SetUp() override {
+    options_.folder = folder();
+    options_.dtype = at::kFloat;
+    request_.prompt = "a red square";
+    request_.settings.width = 64;
+    request_.settings.height = 48;
+    request_.settings.num_inference_steps = 3;
+    request_.settings.seed = 11;
+  }
+
+  std::vector<at::Tensor> run(const std::vector<SampleRequest>& requests, const PipelineEvents& events = {}) {
+    return run_pipeline(options_, requests, events);
+  }
+  at::Tensor run_one() { return run({request_}).at(0); }
+
+  static TempDir* dir_;
+  PipelineOptions options_;
+  SampleRequest request_;
+};
+
+TempDir* PipelineTest::dir_ = nullptr;
+
+TEST_F(PipelineTest, MatchesTheStagesRunByHand) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    options_.dtype = dtype;
+    const at::Tensor got = run_one();
+    // The same work with the lower-level APIs: FluxEncoders for text and the VAE, the transformer
+    // built in float32, converted and loaded with load_component, the scheduler from the folder.
+    const auto pipeline = encoders::PipelineFolder::open(folder(), encoders::flux_pipeline_components());
+    encoders::FluxEncodersOptions eo;
+    eo.dtype = dtype;
+    auto encoders = encoders::FluxEncoders::load(pipeline, eo);
+    const auto e = encoders.encode_prompt(request_.prompt);
+    models::Flux transformer(transformer_config());
+    transformer->to(dtype);
+    encoders::load_component(pipeline.directory("transformer"), *transformer);
+    transformer->eval();
+    SamplingSettings settings = request_.settings;
+    settings.vae_scale_factor = encoders.vae_scale_factor();
+    const auto scheduler =
+        FlowMatchSchedulerConfig::from_json_file(pipeline.directory("scheduler") + "/scheduler_config.json");
+    const at::Tensor latents =
+        denoise(*transformer, scheduler, {e.prompt_embeds, e.pooled_prompt_embeds}, nullptr, settings);
+    torch::NoGradGuard no_grad;
+    // diffusers: the decoded picture is clamped in the VAE's dtype (to_uint8_image), so decode here
+    // without decode_latents' float32 conversion.
+    auto& vae = encoders.vae();
+    const at::Tensor z = vae->from_transformer_latents(latents.unsqueeze(0).to(dtype));
+    const at::Tensor expected = to_uint8_image(vae->decode(z));
+    ASSERT_EQ(got.sizes(), (std::vector<int64_t>{48, 64, 3}));
+    EXPECT_TRUE(at::equal(got, expected));
+  }
+}
+
+TEST_F(PipelineTest, SameSeedSamePictureOtherSeedOtherPicture) {
+  const at::Tensor a = run_one();
+  EXPECT_TRUE(at::equal(a, run_one()));
+  request_.settings.seed = 12;
+  EXPECT_FALSE(at::equal(a, run_one()));
+}
+
+TEST_F(PipelineTest, SeveralRequestsEachAsAlone) {
+  SampleRequest other = request_;
+  other.prompt = "a blue circle";
+  other.settings.width = 32;
+  const auto both = run({request_, other});
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_TRUE(at::equal(both[0], run({request_})[0]));
+  EXPECT_TRUE(at::equal(both[1], run({other})[0]));
+  EXPECT_EQ(both[1].sizes(), (std::vector<int64_t>{48, 32, 3}));
+}
+
+TEST_F(PipelineTest, RunsInBfloat16) {
+  options_.dtype = at::kBFloat16;
+  const at::Tensor a = run_one();
+  EXPECT_EQ(a.sizes(), (std::vector<int64_t>{48, 64, 3}));
+  EXPECT_TRUE(at::equal(a, run_one()));
+}
+
+TEST_F(PipelineTest, ReportsStagesInOrderAndEveryStep) {
+  std::vector<std::string> stages;
+  int64_t steps = 0;
+  std::vector<size_t> images;
+  PipelineEvents events;
+  events.on_stage = [&](const std::string& s) { stages.push_back(s); };
+  events.on_step = [&](size_t, int64_t, int64_t total) {
+    ++steps;
+    EXPECT_EQ(total, 3);
+  };
+  events.on_image = [&](size_t index, const at::Tensor&) { images.push_back(index); };
+  run({request_, request_}, events);
+  EXPECT_EQ(steps, 6);
+  EXPECT_EQ(images, (std::vector<size_t>{0, 1}));
+  auto position = [&](const std::string& prefix) {
+    for (size_t i = 0; i < stages.size(); ++i) {
+      if (stages[i].rfind(prefix, 0) == 0) return i;
+    }
+    ADD_FAILURE() << "no stage " << prefix;
+    return stages.size();
+  };
+  // Text encoders done before the transformer loads, the transformer before the VAE.
+  EXPECT_LT(position("encoded 1 prompt"), position("loading the transformer"));
+  EXPECT_LT(position("denoised picture 2"), position("loading the VAE"));
+}
+
+TEST_F(PipelineTest, FreesTheTransformerBeforeTheVaeLoads) {
+  // Parameter bytes of each model (float32), and what the tracked CPU memory holds while the
+  // transformer denoises and after the VAE decoded.
+  const auto pipeline = encoders::PipelineFolder::open(folder(), encoders::flux_pipeline_components());
+  int64_t text_bytes = 0, vae_bytes = 0;
+  {
+    encoders::FluxEncodersOptions eo;
+    eo.dtype = at::kFloat;
+    const auto all = encoders::FluxEncoders::load(pipeline, eo);
+    for (const auto& c : all.loaded()) (c.name == "vae" ? vae_bytes : text_bytes) += c.bytes;
+  }
+  const int64_t transformer_bytes = models::parameter_count(transformer_config()) * 4;
+  const int64_t before = memory::current_bytes();
+  int64_t denoising = 0, decoded = 0;
+  PipelineEvents events;
+  events.on_step = [&](size_t, int64_t, int64_t) {
+    denoising = std::max(denoising, memory::current_bytes() - before);
+  };
+  events.on_image = [&](size_t, const at::Tensor&) {
+    decoded = std::max(decoded, memory::current_bytes() - before);
+  };
+  run({request_}, events);
+  std::cout << "text encoders " << text_bytes << " B, transformer " << transformer_bytes << " B, VAE " << vae_bytes
+            << " B; held while denoising " << denoising << " B, after decoding " << decoded << " B\n";
+  // The demo's text encoders (0.2 MB) are smaller than what denoising itself holds (embeddings,
+  // latents, ids), so only the transformer and the VAE are told apart here.
+  EXPECT_GE(denoising, transformer_bytes);
+  EXPECT_LT(denoising, transformer_bytes + vae_bytes);  // the VAE is not loaded yet
+  EXPECT_GE(decoded, vae_bytes);
+  EXPECT_LT(decoded, vae_bytes + transformer_bytes);  // the transformer is freed
+}
+
+TEST_F(PipelineTest, TrueCfgScaleOneIsNoCfg) {
+  const at::Tensor base = run_one();
+  request_.negative_prompt = "blurry";
+  request_.settings.true_cfg_scale = 1.0;
+  EXPECT_TRUE(at::equal(run_one(), base));
+  request_.settings.true_cfg_scale = 4.0;
+  EXPECT_FALSE(at::equal(run_one(), base));
+}
+
+TEST_F(PipelineTest, LoraScaleZeroIsTheBaseModelAndScaleOneIsNot) {
+  TempDir dir;
+  write_peft_lora(dir / "lora.safetensors", transformer_config(), 5);
+  const at::Tensor base = run_one();
+  options_.loras = {{dir / "lora.safetensors", 0.0}};
+  EXPECT_TRUE(at::equal(run_one(), base));
+  options_.loras = {{dir / "lora.safetensors", 1.0}};
+  EXPECT_FALSE(at::equal(run_one(), base));
+}
+
+TEST_F(PipelineTest, MergedLorasComputeWhatTheirLiveBranchesCompute) {
+  TempDir dir;
+  const auto config = transformer_config();
+  const auto first = write_peft_lora(dir / "a.safetensors", config, 5);
+  const auto second = write_peft_lora(dir / "b.safetensors", config, 6, /*rank=*/2, /*alpha=*/2.0);
+  const std::vector<LoraSpec> specs = {{dir / "a.safetensors", 0.5}, {dir / "b.safetensors", -1.0}};
+  auto merged = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU,
+                                                  read_loras_for(specs, config), specs);
+  // The base model plus the output of each LoRA's branch, computed separately: sum_j scale_j *
+  // (alpha_j / r_j) * x A_j^T B_j^T on every adapted layer.
+  models::Flux base(config);
+  encoders::load_component(folder() + "/transformer", *base);
+  base->eval();
+  for (const auto& item : base->named_modules()) {
+    const std::string& name = item.key();
+    auto* linear = dynamic_cast<models::LinearImpl*>(item.value().get());
+    if (linear == nullptr || first.count(name + ".lora_A.weight") == 0) continue;
+    torch::NoGradGuard no_grad;
+    auto product = [&](const std::map<std::string, at::Tensor>& f) {
+      return at::matmul(f.at(name + ".lora_B.weight"), f.at(name + ".lora_A.weight"));
+    };
+    // scale * alpha / rank: 0.5 * 2 / 4 and -1 * 2 / 2.
+    linear->weight.add_(0.5 * (2.0 / 4) * product(first) - 1.0 * (2.0 / 2) * product(second));
+  }
+  torch::manual_seed(1);
+  const int64_t n_img = 12, n_txt = 5;
+  const at::Tensor x = torch::randn({1, n_img, config.in_channels});
+  const at::Tensor text = torch::randn({1, n_txt, config.joint_attention_dim});
+  const at::Tensor pooled = torch::randn({1, config.pooled_projection_dim});
+  const at::Tensor t = torch::full({1}, 0.7), g = torch::full({1}, 3.5);
+  torch::NoGradGuard no_grad;
+  const at::Tensor img_ids = models::flux_image_ids(3, 4), txt_ids = models::flux_text_ids(n_txt);
+  const at::Tensor got = merged->forward(x, text, pooled, t, img_ids, txt_ids, g);
+  const at::Tensor expected = base->forward(x, text, pooled, t, img_ids, txt_ids, g);
+  EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-5));
+}
+
+TEST_F(PipelineTest, SchnellStyleSchedulerConfigSamples) {
+  TempDir dir;
+  fs::copy(folder(), dir / "schnell", fs::copy_options::recursive);
+  std::ofstream(dir / "schnell/scheduler/scheduler_config.json")
+      << R"({"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 1.0,
+            "use_dynamic_shifting": false, "base_shift": 0.5, "max_shift": 1.15, "base_image_seq_len": 256,
+            "max_image_seq_len": 4096})";
+  const at::Tensor dev = run_one();
+  options_.folder = dir / "schnell";
+  const at::Tensor schnell = run_one();
+  EXPECT_EQ(schnell.sizes(), dev.sizes());
+  EXPECT_FALSE(at::equal(schnell, dev));
+}
+
+TEST_F(PipelineTest, LargePicturesDecodeInTiles) {
+  // The demo VAE's tiles are 32 pixels (vae/config.json sample_size): tiled and whole decodes differ.
+  const at::Tensor whole = run_one();
+  options_.vae_tiling_above = 32;
+  const at::Tensor tiled = run_one();
+  EXPECT_EQ(tiled.sizes(), whole.sizes());
+  EXPECT_FALSE(at::equal(tiled, whole));
+  options_.vae_tiling_above = 64;  // neither side exceeds 64: whole
+  EXPECT_TRUE(at::equal(run_one(), whole));
+}
+
+TEST_F(PipelineTest, BadInputIsRefusedNamingIt) {
+  TempDir dir;
+  auto expect_error = [&](const std::string& needle) {
+    const std::string message = error_of([&] { run_one(); });
+    EXPECT_NE(message.find(needle), std::string::npos) << message;
+  };
+  request_.settings.width = 100;
+  expect_error("100");
+  request_.settings.width = 64;
+
+  // A file no LoRA format knows.
+  io::save_safetensors(dir / "unknown.safetensors", {{"model.some_layer.weight", torch::zeros({2, 2})}});
+  options_.loras = {{dir / "unknown.safetensors", 1.0}};
+  expect_error("model.some_layer.weight");
+  // A LoRA for another model shape (flux-small's widths on the demo's flux-tiny).
+  write_peft_lora(dir / "small.safetensors", models::FluxConfig::preset("flux-small"), 3);
+  options_.loras = {{dir / "small.safetensors", 1.0}};
+  expect_error("another model");
+  options_.loras = {{dir / "missing.safetensors", 1.0}};
+  expect_error("missing.safetensors");
+  options_.loras.clear();
+
+  // A missing component.
+  fs::copy(folder(), dir / "no_vae", fs::copy_options::recursive);
+  fs::remove_all(dir / "no_vae/vae");
+  options_.folder = dir / "no_vae";
+  expect_error("vae");
+  options_.folder = dir / "nowhere";
+  expect_error("nowhere");
+}
+
+TEST(LoraSpecTest, ScaleIsATrailingNumber) {
+  auto spec = parse_lora_spec("style.safetensors");
+  EXPECT_EQ(spec.path, "style.safetensors");
+  EXPECT_EQ(spec.scale, 1.0);
+  spec = parse_lora_spec("dir/style.safetensors:0.75");
+  EXPECT_EQ(spec.path, "dir/style.safetensors");
+  EXPECT_EQ(spec.scale, 0.75);
+  spec = parse_lora_spec("name:v2.safetensors:-1");
+  EXPECT_EQ(spec.path, "name:v2.safetensors");
+  EXPECT_EQ(spec.scale, -1.0);
+  spec = parse_lora_spec("C:\\loras\\a.safetensors");
+  EXPECT_EQ(spec.path, "C:\\loras\\a.safetensors");
+  EXPECT_EQ(spec.scale, 1.0);
+  spec = parse_lora_spec("a.safetensors:inf");  // not a finite number: part of the path
+  EXPECT_EQ(spec.path, "a.safetensors:inf");
+  EXPECT_NE(error_of([] { parse_lora_spec(":0.5"); }).find("--lora"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_lora_spec(""); }).find("--lora"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace remat::sample
