@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "remat/autocast.h"
+#include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/memory.h"
@@ -81,6 +82,7 @@ struct ValidationRenderer::State {
   sample::FlowMatchSchedulerConfig scheduler;
   at::ScalarType encoder_dtype = at::kFloat;
   uint64_t seed = 0;
+  int64_t vae_scale_factor = 8;  // 2^(levels - 1) of the pipeline's VAE: sizes the latent grid
 };
 
 ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : state_(std::make_unique<State>()) {
@@ -101,6 +103,9 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : s
   options.max_sequence_length = config.tokenizer_max_length;
   options.load_vae = false;
   const auto folder = encoders::PipelineFolder::open(s.pipeline_folder, encoders::flux_encoder_components(options));
+  const auto vae_config = encoders::AutoencoderKLConfig::from_file(
+      (fs::path(encoders::PipelineFolder::open(s.pipeline_folder, {"vae"}).directory("vae")) / "config.json").string());
+  s.vae_scale_factor = int64_t{1} << (vae_config.num_blocks() - 1);
   if (folder.components.count("scheduler")) {
     s.scheduler = sample::FlowMatchSchedulerConfig::from_json_file(
         (fs::path(folder.directory("scheduler")) / "scheduler_config.json").string());
@@ -161,6 +166,7 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
   settings.true_cfg_scale = s.negative ? s.config.validation_guidance_real : 1.0;
   settings.no_cfg_until_step = s.config.validation_no_cfg_until_timestep;
   settings.seed = s.seed;
+  settings.vae_scale_factor = s.vae_scale_factor;
 
   // 1. Every picture's latents, with the transformer as the training step runs it (the same
   //    autocast), in eval mode and without gradients.
