@@ -64,6 +64,9 @@ std::string render_number(double v) {
   return out.str();
 }
 
+// The largest side decoded in one piece.
+constexpr int64_t kValidationTilingAbove = 1024;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -204,17 +207,20 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
     for (size_t p = 0; p < s.prompts.size(); ++p) {
       for (size_t r = 0; r < s.resolutions.size(); ++r) {
         const auto& res = s.resolutions[r];
+        // Tiled above 1024 px a side, as `remat sample` decodes by default: an untiled 1024x1024
+        // decode alone holds several GiB of activations (docs/VAE.md).
+        vae.vae()->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
         const at::Tensor pixels = sample::to_uint8_image(vae.decode_latents(latents[p][r].to(device)));
         const std::string name = validation_image_file_name(step, s.prompts[p].shortname, static_cast<int64_t>(r), res);
         sample::PngText text = {{"prompt", s.prompts[p].prompt},
                                 {"seed", std::to_string(s.seed)},
                                 {"steps", std::to_string(settings.num_inference_steps)},
-                                {"guidance_scale", render_number(settings.guidance_scale)},
+                                {"guidance", render_number(settings.guidance_scale)},
                                 {"training_step", std::to_string(step)},
                                 {"width", std::to_string(res.width)},
                                 {"height", std::to_string(res.height)},
                                 {"model", s.config.pretrained_model_name_or_path.value_or("")},
-                                {"software", "remat train (validation)"}};
+                                {"software", "remat"}};
         if (s.negative) {
           text.emplace_back("negative_prompt", s.config.validation_negative_prompt);
           text.emplace_back("true_cfg_scale", render_number(settings.true_cfg_scale));

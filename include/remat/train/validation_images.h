@@ -128,7 +128,7 @@ class REMAT_API ValidationRenderer {
 
   /// Renders every prompt at every resolution with `transformer` (put in eval mode under no-grad
   /// and autocast as the training step uses it, then back in its previous mode), decodes them on
-  /// `device`, writes the PNGs (text chunks: prompt, seed, steps, guidance, training step, model)
+  /// `device`, writes the PNGs (text chunks as `remat sample` writes them, plus training_step)
   /// and rewrites index.html. Logs one line with the time and peak memory.
   ValidationRun render(models::FluxImpl& transformer, int64_t step, const at::Device& device);
 
