@@ -472,7 +472,15 @@ std::string Trainer::save_weights() {
 // validation's own peak is measured here and never counted in a step's.
 void Trainer::validate(int64_t step, TrainResult& result) {
   auto& flux = dynamic_cast<models::FluxImpl&>(model_->module());  // validation_pipeline_folder checked the family
-  result.validations.push_back(validation_->render(flux, step, device_));
+  // Pictures are for looking at; a failed one (a full disk, say) must not end hours of training.
+  // The renderer leaves the model in training mode and the generators as they were either way.
+  try {
+    result.validations.push_back(validation_->render(flux, step, device_));
+  } catch (const c10::Error& e) {
+    hooks_.log("[validation] step " + std::to_string(step) + " failed, training continues: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    hooks_.log("[validation] step " + std::to_string(step) + " failed, training continues: " + e.what());
+  }
 }
 
 TrainResult Trainer::run() {

@@ -228,6 +228,26 @@ TEST_F(ValidationTrainer, RefusesRunsThatCannotRenderBeforeAnyModelLoads) {
   EXPECT_FALSE(fs::exists(dir_ / "off/validation_images"));
 }
 
+// A validation that fails (here: validation_images is a file, so no picture can be written) is
+// logged and training goes on to the end.
+TEST_F(ValidationTrainer, AFailedValidationDoesNotStopTraining) {
+  fs::create_directories(dir_ / "blocked");
+  std::ofstream(dir_ / "blocked/validation_images") << "not a folder";
+  std::vector<std::string> lines;
+  auto hooks = quiet_hooks();
+  hooks.log = [&](const std::string& line) { lines.push_back(line); };
+  const auto result = run_training(config("blocked", {"--validation_prompt=x", "--validation_step_interval=1",
+                                                      "--validation_resolution=32", "--validation_num_inference_steps=1",
+                                                      "--max_train_steps=2"}),
+                                   hooks);
+  EXPECT_EQ(result.final_step, 2);
+  EXPECT_TRUE(fs::is_regular_file(result.weights_path));
+  EXPECT_TRUE(result.validations.empty());
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) { return l.find("failed, training continues") != std::string::npos; }),
+            3);  // steps 0, 1, 2
+}
+
 // lora_format kohya writes the adapter in kohya's layout; read back, its weight deltas are the
 // PEFT file's (computed here from lora_B @ lora_A * alpha / r).
 TEST_F(ValidationTrainer, LoraFormatKohyaWritesTheSameAdapterInKohyasLayout) {
