@@ -1,6 +1,7 @@
 // The one table between Black Forest Labs' Flux names and diffusers' (PIPELINE.md §3), and what is
 // derived from it: the per-model module and tensor lists, name lookups for the LoRA formats, and
 // the Markdown rendering in docs/WEIGHT_FORMATS.md.
+#include <cctype>
 #include <sstream>
 
 #include "remat/models/flux_weight_formats.h"

@@ -2,6 +2,7 @@
 // FluxLoraLoaderMixin.lora_state_dict and lora_conversion_utils). BFL / kohya names go through the
 // one table of remat/models/flux_weight_formats.h.
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <nlohmann/json.hpp>

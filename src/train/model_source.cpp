@@ -20,6 +20,11 @@ bool is_dir(const std::string& p) {
 
 std::string config_of(const std::string& component_dir) { return (fs::path(component_dir) / "config.json").string(); }
 
+bool is_safetensors_name(const std::string& p) {
+  const std::string suffix = ".safetensors";
+  return p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
 std::string ModelSource::describe() const {
@@ -34,7 +39,20 @@ std::string ModelSource::describe() const {
 
 ModelSource resolve_model_source(const TrainConfig& config) {
   std::map<std::string, encoders::ComponentOverride> overrides;
-  if (config.pretrained_transformer_model_name_or_path) {
+  // SimpleTuner loads a transformer override ending in .safetensors with from_single_file (a
+  // diffusers- or Black Forest Labs-layout file), taking the config from the pipeline folder.
+  std::optional<std::string> transformer_file;
+  if (config.pretrained_transformer_model_name_or_path &&
+      is_safetensors_name(*config.pretrained_transformer_model_name_or_path)) {
+    if (config.pretrained_transformer_subfolder) {
+      throw_value_error("[train] pretrained_transformer_subfolder ('" + *config.pretrained_transformer_subfolder +
+                        "') cannot apply to pretrained_transformer_model_name_or_path '" +
+                        *config.pretrained_transformer_model_name_or_path + "', a single .safetensors file");
+    }
+    io::require_regular_file(*config.pretrained_transformer_model_name_or_path, "train",
+                             "pretrained_transformer_model_name_or_path");
+    transformer_file = *config.pretrained_transformer_model_name_or_path;
+  } else if (config.pretrained_transformer_model_name_or_path) {
     overrides["transformer"] = {*config.pretrained_transformer_model_name_or_path,
                                 config.pretrained_transformer_subfolder};
   } else if (config.pretrained_transformer_subfolder) {
@@ -58,8 +76,9 @@ ModelSource resolve_model_source(const TrainConfig& config) {
   std::optional<std::string> transformer_dir;
   if (path && encoders::is_pipeline_folder(*path)) {
     // The folder is validated with every override in place (a broken override fails here too).
-    const auto folder = encoders::PipelineFolder::open(*path, {"transformer"}, overrides);
-    transformer_dir = folder.directory("transformer");
+    const auto folder = encoders::PipelineFolder::open(
+        *path, transformer_file ? std::vector<std::string>{} : std::vector<std::string>{"transformer"}, overrides);
+    if (folder.components.count("transformer")) transformer_dir = folder.directory("transformer");
     if (folder.components.count("vae")) source.vae_directory = folder.directory("vae");
     source.pipeline_folder = *path;
   } else {
@@ -67,6 +86,8 @@ ModelSource resolve_model_source(const TrainConfig& config) {
       // The override names the transformer; pretrained_model_name_or_path (if set) is not read.
       transformer_dir = encoders::resolve_component_directory(overrides["transformer"].path, "transformer",
                                                                overrides["transformer"]);
+    } else if (transformer_file) {
+      // The file is the transformer; pretrained_model_name_or_path (if set) is not read for it.
     } else if (path && is_dir(*path)) {
       if (!encoders::is_component_folder(*path)) {
         throw_value_error("[train] pretrained_model_name_or_path '" + *path +
@@ -89,7 +110,12 @@ ModelSource resolve_model_source(const TrainConfig& config) {
       source.vae_directory = encoders::resolve_component_directory(overrides["vae"].path, "vae", overrides["vae"]);
     }
   }
-  if (transformer_dir) {
+  if (transformer_file) {
+    source.weights = *transformer_file;
+    // The pipeline's transformer config.json when there is one (as SimpleTuner does); otherwise
+    // a BFL file's shapes, or the flavour's preset for a diffusers-layout file.
+    if (transformer_dir && fs::exists(config_of(*transformer_dir))) source.config_json = config_of(*transformer_dir);
+  } else if (transformer_dir) {
     source.weights = *transformer_dir;
     source.config_json = config_of(*transformer_dir);
   }
