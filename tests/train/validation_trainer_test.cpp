@@ -248,6 +248,27 @@ TEST_F(ValidationTrainer, AFailedValidationDoesNotStopTraining) {
             3);  // steps 0, 1, 2
 }
 
+// Real CFG (validation_guidance_real > 1) renders with the negative prompt, recorded in the PNG,
+// and changes the picture against the same run without it.
+TEST_F(ValidationTrainer, RealGuidanceUsesTheNegativePrompt) {
+  const std::vector<std::string> flags{"--validation_prompt=a red square", "--validation_step_interval=0",
+                                       "--validation_resolution=32", "--validation_num_inference_steps=2",
+                                       "--validation_no_cfg_until_timestep=0", "--validation_disable_unconditional",
+                                       "--max_train_steps=1"};
+  auto with_cfg = flags;
+  with_cfg.push_back("--validation_guidance_real=4");
+  with_cfg.push_back("--validation_negative_prompt=blue");
+  run_training(config("plain_cfg", flags), quiet_hooks());
+  run_training(config("real_cfg", with_cfg), quiet_hooks());
+  const std::string name = "validation_images/step_0_validation_0_32x32.png";
+  EXPECT_EQ(pngs_in(dir_ / "real_cfg/validation_images"), (std::set<std::string>{"step_0_validation_0_32x32.png"}));
+  std::map<std::string, std::string> text;
+  for (const auto& [k, v] : sample::read_png_text(dir_ / ("real_cfg/" + name))) text[k] = v;
+  EXPECT_EQ(text["negative_prompt"], "blue");
+  EXPECT_EQ(text["true_cfg_scale"], "4");
+  EXPECT_NE(bytes_of(dir_ / ("real_cfg/" + name)), bytes_of(dir_ / ("plain_cfg/" + name)));
+}
+
 // lora_format kohya writes the adapter in kohya's layout; read back, its weight deltas are the
 // PEFT file's (computed here from lora_B @ lora_A * alpha / r).
 TEST_F(ValidationTrainer, LoraFormatKohyaWritesTheSameAdapterInKohyasLayout) {
