@@ -75,7 +75,7 @@ void copy_bfl_tensor(const BflTensor& t, const at::Tensor& source, const std::ma
 
 FluxWeightLayoutInfo detect_flux_weight_layout(const std::vector<std::string>& keys) {
   const std::set<std::string> present(keys.begin(), keys.end());
-  for (const std::string prefix : {std::string(), kBflFilePrefix}) {
+  for (const std::string& prefix : {std::string(), std::string(kBflFilePrefix)}) {
     for (const char* marker : {"img_in.weight", "double_blocks.0.img_attn.norm.key_norm.scale"}) {
       if (present.count(prefix + marker)) return {FluxWeightLayout::bfl, prefix};
     }

@@ -315,6 +315,14 @@ TEST_F(PipelineTest, BadInputIsRefusedNamingIt) {
   expect_error("vae");
   options_.folder = dir / "nowhere";
   expect_error("nowhere");
+  // Components of different models: T5's width is not the transformer's joint_attention_dim.
+  fs::copy(folder(), dir / "mixed", fs::copy_options::recursive);
+  const std::string t5_config = dir / "mixed/text_encoder_2/config.json";
+  auto t5 = nlohmann::json::parse(std::ifstream(t5_config));
+  t5["d_model"] = 48;
+  std::ofstream(t5_config) << t5.dump();
+  options_.folder = dir / "mixed";
+  expect_error("text_encoder_2/config.json has d_model 48 but the transformer's joint_attention_dim is 32");
 }
 
 TEST(LoraSpecTest, ScaleIsATrailingNumber) {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -104,6 +105,7 @@ int run_sample(const std::vector<std::string>& args) {
                  "step")
       ->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial noise; every prompt uses it (same seed, same picture)")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   app.add_option("--lora", lora_texts,
                  "A LoRA file (PEFT/diffusers, kohya, Black Forest Labs or XLabs form) merged into the "
@@ -123,7 +125,7 @@ int run_sample(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_option("--vae_tiling_above", tiling_above,
                  "The VAE decodes in tiles when the width or height exceeds this many pixels (0: always)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   add_registry_option(app, "torch_num_threads", threads);
   if (auto code = parse_or_exit(app, args)) return *code;
