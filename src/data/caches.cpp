@@ -96,6 +96,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   const auto log = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
   encoders::FluxEncodersOptions base;
   base.dtype = encoder_dtype(options.dtype);
+  base.device = options.device;
   base.max_sequence_length = options.tokenizer_max_length;
   const auto folder =
       encoders::PipelineFolder::open(options.pipeline_folder, encoders::flux_encoder_components(base));

@@ -23,8 +23,8 @@ LoadedComponent describe(const std::string& name, const std::string& dir, const 
   return loaded;
 }
 
-at::Tensor ids_tensor(const std::vector<int64_t>& ids) {
-  return torch::tensor(ids, torch::kLong).unsqueeze(0);
+at::Tensor ids_tensor(const std::vector<int64_t>& ids, const at::Device& device) {
+  return torch::tensor(ids, torch::kLong).unsqueeze(0).to(device);
 }
 
 }  // namespace
@@ -52,6 +52,7 @@ FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncoders
     const auto config = AutoencoderKLConfig::from_file(file_in(dir, "config.json"));
     open_component_weights(dir);  // the index and its shards agree before anything is built
     encoders.vae_ = load_autoencoder_kl(find_component_weights(dir).files, config, options.dtype);
+    encoders.vae_->to(options.device);
     encoders.vae_->eval();
     encoders.loaded_.push_back(describe("vae", dir, encoders.vae_));
   }
@@ -60,12 +61,14 @@ FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncoders
     const auto clip_config = ClipTextConfig::from_file(file_in(clip_dir, "config.json"));
     open_component_weights(clip_dir);
     encoders.clip_ = load_clip_text_model(find_component_weights(clip_dir).files, clip_config, options.dtype);
+    encoders.clip_->to(options.device);
     encoders.clip_->eval();
     encoders.loaded_.push_back(describe("text_encoder", clip_dir, encoders.clip_));
 
     const auto& t5_dir = folder.directory("text_encoder_2");
     const auto t5_config = T5Config::from_file(file_in(t5_dir, "config.json"));
     encoders.t5_ = load_t5_encoder(open_component_weights(t5_dir), t5_config, options.dtype);
+    encoders.t5_->to(options.device);
     encoders.t5_->eval();
     encoders.loaded_.push_back(describe("text_encoder_2", t5_dir, encoders.t5_));
 
@@ -103,8 +106,10 @@ FluxPromptEmbeddings FluxEncoders::encode_prompt(const std::string& caption) {
     out.warnings.push_back(t5_truncation_warning(options_.max_sequence_length, t5_tokens.removed_text));
   }
   torch::NoGradGuard no_grad;
-  out.pooled_prompt_embeds = clip_->forward(ids_tensor(clip_tokens.ids)).pooled_output.squeeze(0).contiguous();
-  out.prompt_embeds = t5_->forward(ids_tensor(t5_tokens.ids)).squeeze(0).contiguous();
+  const at::Device& device = options_.device;
+  out.pooled_prompt_embeds =
+      clip_->forward(ids_tensor(clip_tokens.ids, device)).pooled_output.squeeze(0).to(at::kCPU).contiguous();
+  out.prompt_embeds = t5_->forward(ids_tensor(t5_tokens.ids, device)).squeeze(0).to(at::kCPU).contiguous();
   return out;
 }
 
@@ -131,9 +136,9 @@ at::Tensor FluxEncoders::encode_image(const at::Tensor& vae_input, c10::optional
                       std::to_string(vae_input.size(3)) + " x " + std::to_string(vae_input.size(2)));
   }
   torch::NoGradGuard no_grad;
-  const auto posterior = vae_->encode(vae_input.to(options_.dtype));
+  const auto posterior = vae_->encode(vae_input.to(options_.device, options_.dtype));
   const auto z = generator ? posterior.sample(generator) : posterior.mode();
-  return vae_->to_transformer_latents(z).to(at::kFloat).squeeze(0).contiguous();
+  return vae_->to_transformer_latents(z).to(at::kCPU, at::kFloat).squeeze(0).contiguous();
 }
 
 at::Tensor FluxEncoders::decode_latents(const at::Tensor& latents) {
@@ -143,8 +148,8 @@ at::Tensor FluxEncoders::decode_latents(const at::Tensor& latents) {
                       ", h, w), got " + c10::str(latents.sizes()));
   }
   torch::NoGradGuard no_grad;
-  const auto z = vae_->from_transformer_latents(latents.unsqueeze(0).to(options_.dtype));
-  return vae_->decode(z).to(at::kFloat);
+  const auto z = vae_->from_transformer_latents(latents.unsqueeze(0).to(options_.device, options_.dtype));
+  return vae_->decode(z).to(at::kCPU, at::kFloat);
 }
 
 }  // namespace remat::encoders

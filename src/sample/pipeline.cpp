@@ -154,6 +154,7 @@ std::vector<at::Tensor> run_pipeline(const PipelineOptions& options, const std::
     encoders::FluxEncodersOptions text_options;
     text_options.dtype = options.dtype;
     text_options.max_sequence_length = options.max_sequence_length;
+    text_options.device = options.device;
     text_options.load_vae = false;
     auto text = encoders::FluxEncoders::load(folder, text_options);
     stages.end("loaded the text encoders");
@@ -198,10 +199,10 @@ std::vector<at::Tensor> run_pipeline(const PipelineOptions& options, const std::
   stages.begin("loading the VAE");
   encoders::FluxEncodersOptions vae_options;
   vae_options.dtype = options.dtype;
+  vae_options.device = options.device;
   vae_options.load_text = false;
   auto vae_holder = encoders::FluxEncoders::load(folder, vae_options);
   auto& vae = vae_holder.vae();
-  vae->to(options.device);
   stages.end("loaded the VAE");
   std::vector<at::Tensor> pictures;
   for (size_t i = 0; i < n; ++i) {

@@ -46,6 +46,20 @@ double TrainConfig::lora_alpha_value() const {
   return lora_alpha ? *lora_alpha : static_cast<double>(lora_rank);
 }
 
+int64_t TrainConfig::validation_interval() const {
+  if (validation_step_interval) return *validation_step_interval;
+  return validation_steps.value_or(100);
+}
+
+bool TrainConfig::validation_requested() const {
+  return !validation_disable && (validation_prompt.has_value() || user_prompt_library.has_value());
+}
+
+uint64_t TrainConfig::validation_seed_value() const {
+  if (validation_seed && *validation_seed != 0) return static_cast<uint64_t>(*validation_seed);
+  return static_cast<uint64_t>(seed.value_or(0));
+}
+
 Environment::Environment()
     : cuda_available(torch::cuda::is_available()),
       cuda_devices(cuda_available ? static_cast<int64_t>(torch::cuda::device_count()) : 0) {}

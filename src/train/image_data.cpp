@@ -139,6 +139,7 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
   data::CacheOptions options;
   options.pipeline_folder = image_pipeline_folder(config);
   options.dtype = config.mixed_precision == "bf16" ? "bf16" : "fp32";
+  options.device = at::Device(config.device);  // resolved by load_train_config ("auto" -> cpu / cuda)
   options.tokenizer_max_length = config.tokenizer_max_length;
   options.seed = static_cast<uint64_t>(config.seed.value_or(0));
   options.log = log;

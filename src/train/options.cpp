@@ -57,6 +57,7 @@ const char* const kTraining = "Training";
 const char* const kFlow = "Flow matching";
 const char* const kCkpt = "Gradient checkpointing";
 const char* const kData = "Data and output";
+const char* const kValidation = "Validation images";
 const char* const kRuntime = "Runtime";
 
 std::string join(const std::vector<std::string>& v, const std::string& sep) {
@@ -148,6 +149,22 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kLora, "lora_alpha", T::Float, bind_field(&C::lora_alpha),
           "Scales the LoRA effect: scale = lora_alpha / lora_rank (usually equal to rank)")
       .min(0, true).nullable().depends("model_type", "lora").default_note("unset (= lora_rank)"));
+  // SimpleTuner's choices are diffusers and comfyui; kohya is remat's (issue 13): the layout of
+  // kohya's sd-scripts, which the tools that read only that need.
+  add(Opt(kLora, "lora_format", T::Choice, bind_field(&C::lora_format),
+          "The key layout of the LoRA file written at the end of training")
+      .choices({"diffusers", "kohya", "comfyui"})
+      .labels({{"diffusers", "Diffusers / PEFT (transformer.<module>.lora_A.weight)"},
+               {"kohya", "kohya sd-scripts (lora_unet_<Black Forest Labs name>.lora_down.weight with .alpha)"},
+               {"comfyui", "ComfyUI (diffusion_model.*), not written by remat yet"}})
+      .value_alias("peft", "diffusers")
+      .unsupported("comfyui", "a writer of ComfyUI's diffusion_model.* LoRA keys")
+      .depends("model_type", "lora")
+      .tooltip("The file is output_dir/pytorch_lora_weights.safetensors in either layout (kohya "
+               "replaces the diffusers layout, as SimpleTuner's comfyui does; training checkpoints "
+               "are unchanged). kohya writes the q, k, v adapters of a fused Black Forest Labs "
+               "layer as one block-diagonal adapter with rank and alpha multiplied by their "
+               "count, so every reader gets the same weight deltas. remat sample reads both."));
   // ---- Optimizer and learning rate ----
   add(Opt(kOptim, "learning_rate", T::Float, bind_field(&C::learning_rate), "Base learning rate for training")
       .min(0).max(1)
@@ -427,6 +444,75 @@ std::vector<OptionSpec> build_registry() {
       .tooltip("latest resumes from the newest checkpoint in output_dir and starts fresh when there "
                "is none; none starts from scratch. null or blank is the default, latest (SimpleTuner "
                "drops such keys)."));
+  // ---- Validation images ----
+  // SimpleTuner's names and defaults (field_registry/sections/validation.py, models/field_registry/
+  // flux.py); what they mean for remat: remat/train/validation_images.h.
+  add(Opt(kValidation, "validation_prompt", T::String, bind_field(&C::validation_prompt),
+          "Prompt to use for validation images")
+      .nullable()
+      .tooltip("Rendered with the shortname validation, together with the empty prompt (unless "
+               "validation_disable_unconditional) and user_prompt_library's prompts. Validation "
+               "needs a Flux pipeline folder as pretrained_model_name_or_path (its text encoders "
+               "and VAE); without a prompt or a library nothing is rendered."));
+  add(Opt(kValidation, "validation_step_interval", T::Int, bind_field(&C::validation_step_interval),
+          "Run validation every N training steps")
+      .min(0).max(kMaxTrainSteps).nullable()
+      .default_note("unset (validation_steps, else 100)")
+      .tooltip("At every optimizer step that is a multiple of N (after a resume, only steps after "
+               "the resumed one). 0: only the images before training (validation_on_startup)."));
+  add(Opt(kValidation, "validation_steps", T::Int, bind_field(&C::validation_steps),
+          "SimpleTuner's older name of validation_step_interval, used when that is unset")
+      .min(0).max(kMaxTrainSteps).nullable()
+      .tooltip("SimpleTuner's configs often set both; validation_step_interval wins."));
+  add(Opt(kValidation, "validation_on_startup", T::Bool, bind_field(&C::validation_on_startup),
+          "Render validation images with the untrained model before the first step (the gallery's step 0)")
+      .tooltip("Only on a fresh start: a resumed run does not render its starting step again. "
+               "SimpleTuner's default is false; remat's is true, so that every gallery starts with "
+               "the model before training."));
+  add(Opt(kValidation, "validation_num_inference_steps", T::Int, bind_field(&C::validation_num_inference_steps),
+          "Number of diffusion steps for validation renders")
+      .min(1).max(1000));
+  add(Opt(kValidation, "validation_resolution", T::String, bind_field(&C::validation_resolution),
+          "Resolution of validation images: 1024 (square), 1024x768 (width x height), or several "
+          "separated by commas")
+      .pattern("\\s*[0-9]+([xX][0-9]+)?\\s*(,\\s*[0-9]+([xX][0-9]+)?\\s*)*",
+               "N or WxH (pixels), or several separated by commas")
+      .tooltip("Each side is rounded to the nearest multiple of 16 (at least 16; halves to even, "
+               "as SimpleTuner's Python round does) and must come to at most 16384; file names "
+               "keep the size as written."));
+  add(Opt(kValidation, "validation_guidance", T::Float, bind_field(&C::validation_guidance),
+          "Guidance scale for validation images: the embedded guidance of guidance-distilled Flux "
+          "models (dev, krea)")
+      .min(0).max(100)
+      .tooltip("FluxPipeline's guidance_scale, an input of the transformer; models without "
+               "guidance embedding (schnell) ignore it. SimpleTuner's interface suggests 1 to 30."));
+  add(Opt(kValidation, "validation_guidance_real", T::Float, bind_field(&C::validation_guidance_real),
+          "True classifier-free guidance scale for validation (1: off)")
+      .min(0)
+      .tooltip("Above 1, each denoising step from validation_no_cfg_until_timestep on also runs the "
+               "transformer on validation_negative_prompt and uses negative + scale x (positive - "
+               "negative): twice the work per step."));
+  add(Opt(kValidation, "validation_no_cfg_until_timestep", T::Int, bind_field(&C::validation_no_cfg_until_timestep),
+          "Skip real CFG for the first N denoising steps")
+      .min(0).max(1000));
+  add(Opt(kValidation, "validation_negative_prompt", T::String, bind_field(&C::validation_negative_prompt),
+          "Negative prompt for validation images (used when validation_guidance_real > 1)"));
+  add(Opt(kValidation, "validation_seed", T::Int, bind_field(&C::validation_seed),
+          "Fixed seed for reproducible validation images")
+      .min(0).max(kMaxSeed).nullable()
+      .default_note("unset (seed, else 0)")
+      .tooltip("Every picture starts from a CPU generator seeded with validation_seed or seed or 0 "
+               "(0 counts as unset, as in SimpleTuner), so each step's pictures differ only by "
+               "what training changed. The training random stream is not touched."));
+  add(Opt(kValidation, "validation_disable_unconditional", T::Bool, bind_field(&C::validation_disable_unconditional),
+          "Disable unconditional image generation during validation"));
+  add(Opt(kValidation, "user_prompt_library", T::Path, bind_field(&C::user_prompt_library),
+          "A JSON prompt library: {\"shortname\": \"prompt\"} or {\"shortname\": {\"prompt\": ...}}")
+      .nullable()
+      .tooltip("SimpleTuner's format: an object of shortname -> prompt text, or -> an object with "
+               "prompt (or caption, or tags). Each is rendered under its shortname."));
+  add(Opt(kValidation, "validation_disable", T::Bool, bind_field(&C::validation_disable),
+          "Completely disable validation image generation"));
   // ---- Runtime ----
   add(Opt(kRuntime, "device", T::String, bind_field(&C::device), "Device to train on: auto, cpu, cuda or cuda:N")
       .pattern("auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a device index)")
@@ -453,7 +539,7 @@ std::vector<OptionSpec> build_registry() {
     if (!f->options) continue;
     for (auto& spec : f->options()) r.push_back(std::move(spec));
   }
-  const std::vector<std::string> order = {kModel, kLora, kOptim, kTraining, kFlow, kCkpt, kData, kRuntime};
+  const std::vector<std::string> order = {kModel, kLora, kOptim, kTraining, kFlow, kCkpt, kData, kValidation, kRuntime};
   const auto rank = [&](const OptionSpec& spec) {
     return std::find(order.begin(), order.end(), spec.section) - order.begin();
   };

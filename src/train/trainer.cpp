@@ -14,7 +14,10 @@
 #include <torch/torch.h>
 
 #include "remat/io/safetensors.h"
+#include "remat/models/flux.h"
 #include "remat/models/lora.h"
+#include "remat/models/lora_formats.h"
+#include "remat/memory.h"
 #include "remat/train/model_source.h"
 #include "remat/io/files.h"
 #include "remat/train/admission.h"
@@ -28,6 +31,7 @@
 #include "remat/train/step.h"
 #include "remat/train/training_state.h"
 #include "remat/train/transformer.h"
+#include "remat/train/validation_images.h"
 
 // Note [Exact resume]
 // A run is a deterministic function of (config, seed) when every source of variation is saved:
@@ -38,6 +42,7 @@
 //     Lion's momentum) is saved; the learning rate is a pure function of the step;
 //   - the trainable weights are saved exactly (float32 bits).
 // Frozen weights are rebuilt from the same seed or pretrained file, so they need no saving.
+// Validation images draw nothing from these generators (Note [Validation and the training run]).
 
 namespace remat::train {
 namespace fs = std::filesystem;
@@ -100,6 +105,7 @@ class Trainer {
   int64_t epoch_length() const;
   Batch read_batch(int64_t i) const;
   std::string save_checkpoint();
+  void validate(int64_t step, TrainResult& result);
   std::string save_weights();
   void resume(const std::string& path, int64_t batches_per_epoch);
   int64_t steps_for_epochs(int64_t batches_per_epoch) const;
@@ -131,6 +137,7 @@ class Trainer {
   TrainingPosition position_;
   std::vector<std::vector<int64_t>> epoch_order_;
   int64_t total_steps_ = 0;
+  std::unique_ptr<ValidationRenderer> validation_;  // when the run renders validation images
 };
 
 void Trainer::setup() {
@@ -164,11 +171,19 @@ void Trainer::setup() {
   if (config_.resume_from_checkpoint) {
     resume_path = resolve_resume_path(*config_.resume_from_checkpoint, config_.output_dir);
   }
+  if (config_.validation_requested()) {
+    // Cheap checks first: the family, the pipeline folder, the library and the resolutions.
+    validation_pipeline_folder(config_);
+    validation_prompts(config_);
+    parse_validation_resolutions(config_.validation_resolution);
+  }
 
   // An image run caches its latents and caption embeddings before the transformer loads, with
   // one encoder in memory at a time (Note [Startup checks] still holds: the datasets and the
   // pipeline folder are checked before any encoder loads).
   if (image_run) setup_image_data();
+  // The validation prompts are encoded now, and the text encoders freed, before the transformer loads.
+  if (config_.validation_requested()) validation_ = std::make_unique<ValidationRenderer>(config_, hooks_.log);
 
   TransformerSpec spec;
   spec.family = config_.model_family;
@@ -437,13 +452,35 @@ std::string Trainer::save_weights() {
         {"lora_alpha", nlohmann::json(config_.lora_alpha_value()).dump()},
         {"lora_adapter_metadata", adapter.dump()}};
     const fs::path path = dir / kLoraWeightsFile;
-    io::save_safetensors(path.string(), entries, metadata);
+    if (config_.lora_format == "kohya") {
+      // The same file name in kohya's layout (as SimpleTuner's comfyui format replaces diffusers').
+      models::save_lora_kohya(path.string(), models::lora_state_dict(model_->module()), config_.lora_alpha_value(),
+                              {{"format", "pt"}, {"lora_rank", std::to_string(config_.lora_rank)},
+                               {"lora_alpha", nlohmann::json(config_.lora_alpha_value()).dump()}});
+    } else {
+      io::save_safetensors(path.string(), entries, metadata);
+    }
     return path.string();
   }
   const fs::path path = dir / kFullWeightsFile;
   fs::create_directories(path.parent_path());
   io::save_module(path.string(), model_->module());
   return path.string();
+}
+
+// Validation between optimizer steps: the next step resets the peak it reports when it begins, so
+// validation's own peak is measured here and never counted in a step's.
+void Trainer::validate(int64_t step, TrainResult& result) {
+  auto& flux = dynamic_cast<models::FluxImpl&>(model_->module());  // validation_pipeline_folder checked the family
+  // Pictures are for looking at; a failed one (a full disk, say) must not end hours of training.
+  // The renderer leaves the model in training mode and the generators as they were either way.
+  try {
+    result.validations.push_back(validation_->render(flux, step, device_));
+  } catch (const c10::Error& e) {
+    hooks_.log("[validation] step " + std::to_string(step) + " failed, training continues: " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    hooks_.log("[validation] step " + std::to_string(step) + " failed, training continues: " + e.what());
+  }
 }
 
 TrainResult Trainer::run() {
@@ -459,6 +496,8 @@ TrainResult Trainer::run() {
     hooks_.log("[train] already at step " + std::to_string(position_.global_step) + " of " +
                std::to_string(total_steps_) + "; nothing to train");
   }
+  // The gallery's "before training" row, on a fresh start only (a resumed run has it already).
+  if (validation_ && !resumed && config_.validation_on_startup) validate(0, result);
   for (int64_t step = position_.global_step + 1; step <= total_steps_; ++step) {
     if (hooks_.stop_requested && hooks_.stop_requested->load()) {
       result.interrupted = true;
@@ -471,6 +510,7 @@ TrainResult Trainer::run() {
       flush_records(result, metrics, progress);
     }
     if (checkpoint_now) result.last_checkpoint = save_checkpoint();
+    if (validation_ && validation_due(config_, step)) validate(step, result);
   }
   flush_records(result, metrics, progress);
   progress.finish();
@@ -488,6 +528,18 @@ TrainResult Trainer::run() {
   }
   result.final_step = position_.global_step;
   result.summary = summarize(result.records);
+  if (!result.validations.empty()) {
+    // Validation's figures next to the training step's, which never include them.
+    int64_t validation_peak = 0;
+    double validation_seconds = 0;
+    for (const auto& v : result.validations) {
+      validation_peak = std::max(validation_peak, v.peak_bytes);
+      validation_seconds += v.seconds;
+    }
+    hooks_.log("[validation] " + std::to_string(result.validations.size()) + " validation(s), " +
+               render_number(validation_seconds) + "s in all; peak " + memory::format_bytes(validation_peak) +
+               " (training step peak " + memory::format_bytes(result.summary.peak_bytes) + ")");
+  }
   return result;
 }
 

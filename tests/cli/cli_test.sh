@@ -395,6 +395,15 @@ expect_quick 2 "bad8_002.png': the value of PNG text key \"prompt\" is not valid
 ls "$work"/bad*.png > /dev/null 2>&1 && { echo "FAIL: a PNG was written after an error: $(ls "$work"/bad*)"; failures=$((failures + 1)); } \
   || echo "ok: no PNG after bad input"
 
+# Validation images (issue 13): bad options and runs that cannot render stop before any work.
+expect 2 "validation_resolution must be N or WxH (pixels), or several separated by commas" -- "$remat" train --validation_resolution=1024x
+expect 2 "validation_num_inference_steps must be an integer in [1, 1000]" -- "$remat" train --validation_num_inference_steps=0
+expect_quick 2 "validation images are rendered with the pipeline's text encoders and VAE" -- "$remat" train "${tiny[@]}" --validation_prompt=x --output_dir="$work/val-nopipe" --max_train_steps=1
+echo '{"cat": 3}' > "$work/bad-library.json"
+expect_quick 2 "user_prompt_library '$work/bad-library.json' entry 'cat' must be a prompt string" -- "$remat" train "${tiny[@]}" --pretrained_model_name_or_path="$work/pipe" --user_prompt_library="$work/bad-library.json" --output_dir="$work/val-lib" --max_train_steps=1
+[[ -e "$work/val-nopipe/metrics.jsonl" || -e "$work/val-lib/metrics.jsonl" ]] \
+  && { echo "FAIL: a refused validation run started training"; failures=$((failures + 1)); } || echo "ok: refused validation runs wrote nothing"
+
 # remat demo-quality: its own flags checked by range; the rest are the training run's options.
 expect 2 "--seeds: Value 0 not in range" -- "$remat" demo-quality --seeds 0
 expect 2 "cannot open config '$work/missing.json'" -- "$remat" demo-quality --config "$work/missing.json"

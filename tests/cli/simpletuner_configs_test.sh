@@ -32,12 +32,15 @@ done
 # Warnings a run may give besides the grouped one: facts about this machine, not about options.
 allowed_warning='offloads CUDA tensors to pinned host memory'
 
+# Validation images need a Flux pipeline folder's text encoders and VAE; these runs point the configs
+# at a latent cache and a bare transformer file, as a user without those would, so they turn
+# validation off as that user must (the refusal without it is checked at the end).
 train() {  # train <config> <family> <name> [flags...]
   local config=$1 family=$2 name=$3
   shift 3
   "$remat" train --config "$config" --instance_data_dir="$work/$family-data" \
       --pretrained_transformer_config="$work/$family.json" --pretrained_model_name_or_path="$work/$family.safetensors" \
-      --max_train_steps=2 --output_dir="$work/out/$name" --torch_num_threads=1 "$@" 2>&1
+      --max_train_steps=2 --output_dir="$work/out/$name" --torch_num_threads=1 --validation_disable=true "$@" 2>&1
 }
 
 check_trains() {  # check_trains <label> <exit code> <output>
@@ -87,6 +90,21 @@ while read -r file outcome keys; do
   fi
   check_trains "$file --ignore_unsupported_options" $status "$out"
 done < "$configs/EXPECTED"
+
+# Without --validation_disable, a config asking for validation images (validation_prompt) stops
+# before any work with the reason and the way out, instead of training without its images.
+out=$("$remat" train --config "$configs/flux-lora-2.json" --instance_data_dir="$work/flux-data" \
+    --pretrained_transformer_config="$work/flux.json" --pretrained_model_name_or_path="$work/flux.safetensors" \
+    --max_train_steps=2 --output_dir="$work/out/validation-refused" --torch_num_threads=1 2>&1)
+status=$?
+if [[ $status -ne 2 ]] || ! grep -q "validation images are rendered with the pipeline's text encoders and VAE.*validation_disable=true" <<<"$out" \
+    || [[ -e "$work/out/validation-refused/metrics.jsonl" ]]; then
+  echo "FAIL: flux-lora-2.json without a pipeline folder: exit $status (want 2) and the validation error; output:"
+  echo "$out" | head -20
+  failures=$((failures + 1))
+else
+  echo "ok: flux-lora-2.json without a pipeline folder stops: validation needs the pipeline's encoders"
+fi
 
 if ((failures)); then
   echo "$failures SimpleTuner config checks failed"

@@ -19,7 +19,10 @@ out=$("$remat" make-demo-images --output out/demo-images --count 12 --size 32 2>
 out=$("$remat" make-demo-pipeline --output out/demo-pipeline --transformer_preset flux-small --dtype fp32 2>&1) \
   || fail "make-demo-pipeline"
 
-out=$("$remat" train --config examples/simpletuner-flux/config.json --max_train_steps=2 --torch_num_threads=1 2>&1)
+# The config's validation images (1024x1024, 16 steps) would take minutes on a CPU: the flags
+# shrink them as --max_train_steps shrinks the run; the step-0 pictures and gallery must appear.
+out=$("$remat" train --config examples/simpletuner-flux/config.json --max_train_steps=2 --torch_num_threads=1 \
+  --validation_resolution=32 --validation_num_inference_steps=2 2>&1)
 status=$?
 [[ $status -eq 0 ]] || fail "exit $status (want 0)"
 grep -q '^summary: 2 steps' <<<"$out" || fail "no 'summary: 2 steps'"
@@ -30,9 +33,13 @@ grep -q "multidatabackend.json: keys remat does not implement are ignored: backe
 grep -q "another-special-name-for-another-backend" <<<"$out" && fail "the disabled aws backend must be skipped silently"
 ls out/examples/simpletuner-flux/cache/vae/*.safetensors > /dev/null 2>&1 || fail "no latents in the backend's cache_dir_vae"
 ls out/examples/simpletuner-flux/cache/text/*.safetensors > /dev/null 2>&1 || fail "no text embeddings in alt-embed-cache's cache_dir"
+ls out/examples/simpletuner-flux/validation_images/step_0_validation_0_32x32.png > /dev/null 2>&1 \
+  || fail "no step-0 validation picture"
+grep -q 'step_0_validation_0_32x32.png' out/examples/simpletuner-flux/validation_images/index.html \
+  || fail "the gallery does not show the step-0 picture"
 
 # A second run reuses every cache entry.
 out=$("$remat" train --config examples/simpletuner-flux/config.json --max_train_steps=2 --torch_num_threads=1 \
-      --output_dir=out/examples/second 2>&1) || fail "second run"
+      --output_dir=out/examples/second --validation_disable 2>&1) || fail "second run"
 grep -q 'VAE latents: 0 encoded' <<<"$out" || fail "the second run encoded latents again"
 echo "ok: examples/simpletuner-flux trains with remat (2 steps), caches reused on the second run"

@@ -159,7 +159,7 @@ TEST(SimpleTunerKeys, TheTableAgreesWithTheRegistry) {
 
 TEST(SimpleTunerKeys, OneGroupedWarning) {
   const auto r = validate_option_values({{"report_to", "none"},
-                                         {"validation_steps", "50"},
+                                         {"validation_guidance_rescale", "0.7"},
                                          {"push_to_hub", "false"},
                                          {"--use_ema", "false"},
                                          {"aspect_bucket_rounding", "2"},
@@ -171,7 +171,7 @@ TEST(SimpleTunerKeys, OneGroupedWarning) {
   const std::string& w = grouped[0];
   EXPECT_NE(w.find("[train] 6 SimpleTuner options that remat does not implement are ignored:"), std::string::npos) << w;
   EXPECT_NE(w.find("\n    tracking and logging: report_to"), std::string::npos) << w;
-  EXPECT_NE(w.find("\n    validation and evaluation: validation_steps"), std::string::npos) << w;
+  EXPECT_NE(w.find("\n    validation and evaluation: validation_guidance_rescale"), std::string::npos) << w;
   EXPECT_NE(w.find("\n    Hub publishing: push_to_hub"), std::string::npos) << w;
   EXPECT_NE(w.find("\n    EMA weights: use_ema"), std::string::npos) << w;
   EXPECT_NE(w.find("quantisation: text_encoder_1_precision"), std::string::npos) << w;
@@ -414,7 +414,8 @@ this line is malformed
   EXPECT_EQ(c.flux_lora_target, "all+ffs");  // from the appended TRAINER_EXTRA_ARGS
   EXPECT_TRUE(contains(warnings, "sets CUDA_VISIBLE_DEVICES, which are not SimpleTuner's config.env option names"));
   EXPECT_TRUE(contains(warnings, "skipped malformed lines 18"));
-  EXPECT_TRUE(contains(warnings, "validation and evaluation: validation_prompt"));
+  EXPECT_EQ(c.validation_prompt, "a photo of a cat");  // remat renders validation images (issue 13)
+  EXPECT_TRUE(contains(warnings, "Hub publishing: push_to_hub"));
 }
 
 TEST_F(ConfigFormats, JsonAndAnyOtherExtension) {

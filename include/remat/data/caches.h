@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include <c10/core/Device.h>
+
 #include "remat/data/image_dataset.h"
 #include "remat/export.h"
 
@@ -32,6 +34,8 @@ namespace remat::data {
 struct CacheOptions {
   std::string pipeline_folder;  ///< the diffusers pipeline folder with vae/ and the text encoders
   std::string dtype = "bf16";   ///< encoders' dtype: "bf16" or "fp32"
+  /// Where the encoders run (the training device); the cached tensors are stored from the CPU.
+  at::Device device = at::kCPU;
   int64_t tokenizer_max_length = 512;
   uint64_t seed = 0;            ///< the VAE posterior sample of each image: seeded from (seed, path)
   bool vae_enable_tiling = false;

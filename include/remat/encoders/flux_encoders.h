@@ -30,6 +30,9 @@ struct FluxEncodersOptions {
   /// T5's token count (SimpleTuner's tokenizer_max_length; FluxPipeline's max_sequence_length:
   /// 512 for dev, 256 for schnell). Captions are padded or truncated to it.
   int64_t max_sequence_length = 512;
+  /// Where the encoders run (loaded on the CPU, then moved). Results come back to the CPU either
+  /// way: they are what the caches store and what the sampler takes.
+  at::Device device = at::kCPU;
   bool load_vae = true;   ///< vae/
   bool load_text = true;  ///< text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/
 };

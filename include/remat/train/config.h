@@ -198,6 +198,36 @@ struct TrainConfig {
   /// A checkpoint directory, or "latest" (the newest under output_dir, if any). Unset: start fresh.
   std::optional<std::string> resume_from_checkpoint = std::string("latest");
 
+  // ---- validation images (SimpleTuner's options; remat/train/validation_images.h) ----
+  /// The prompt rendered every validation_step_interval steps (shortname "validation").
+  std::optional<std::string> validation_prompt;
+  /// Render validation images every N optimizer steps (0: only the before-training images).
+  /// Unset: validation_steps, SimpleTuner's older name, and 100 when that is unset too.
+  std::optional<int64_t> validation_step_interval;
+  std::optional<int64_t> validation_steps;
+  int64_t validation_num_inference_steps = 30;
+  /// The embedded guidance of guidance-distilled Flux models (FluxPipeline's guidance_scale).
+  double validation_guidance = 7.5;
+  /// True classifier-free guidance scale: > 1 also renders validation_negative_prompt per step.
+  double validation_guidance_real = 1.0;
+  /// Real CFG starts at this denoising step index.
+  int64_t validation_no_cfg_until_timestep = 2;
+  std::string validation_negative_prompt = "blurry, cropped, ugly";
+  /// "1024", "1024x768" or a comma-separated list of them (width x height).
+  std::string validation_resolution = "256";
+  /// Unset: seed, and 0 when that is unset too (SimpleTuner's `validation_seed or seed or 0`).
+  std::optional<int64_t> validation_seed;
+  /// Do not render the empty prompt (shortname "unconditional") alongside the prompts.
+  bool validation_disable_unconditional = false;
+  /// SimpleTuner's prompt library: a JSON object {shortname: prompt or {"prompt": ...}}.
+  std::optional<std::string> user_prompt_library;
+  /// Render the validation images of the untrained model before the first step of a fresh run
+  /// (the gallery's step 0). remat's default is true; SimpleTuner's is false.
+  bool validation_on_startup = true;
+  bool validation_disable = false;
+  /// The file format of the LoRA written at the end: "diffusers" (PEFT keys) or "kohya".
+  std::string lora_format = "diffusers";
+
   // ---- runtime ----
   /// "auto", "cpu", "cuda" or "cuda:N" on input; after load_train_config "cpu", "cuda" or
   /// "cuda:N".
@@ -222,6 +252,15 @@ struct TrainConfig {
   CheckpointPlan checkpoint_plan() const;
   /// lora_alpha, or lora_rank when unset.
   double lora_alpha_value() const;
+  /// validation_step_interval, else validation_steps, else 100 (SimpleTuner's default).
+  int64_t validation_interval() const;
+  /// Whether the run renders validation images: a validation_prompt or a user_prompt_library is
+  /// set and validation_disable is not (remat renders nothing without a prompt; SimpleTuner would
+  /// render the unconditional image alone).
+  bool validation_requested() const;
+  /// The seed of every validation picture: validation_seed or seed or 0, as SimpleTuner's
+  /// Python `or` reads it (0 counts as unset).
+  uint64_t validation_seed_value() const;
 };
 
 /// Option values as text, by option name, before typing: what a config.json or the command line

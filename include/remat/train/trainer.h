@@ -12,6 +12,7 @@
 #include "remat/export.h"
 #include "remat/train/config.h"
 #include "remat/train/progress.h"
+#include "remat/train/validation_images.h"
 
 namespace remat::train {
 
@@ -37,6 +38,8 @@ struct TrainResult {
   std::string last_checkpoint;       ///< the last training checkpoint written ("" if none)
   int64_t final_step = 0;
   bool interrupted = false;
+  /// Each validation of this invocation (time, peak memory, files), in order.
+  std::vector<ValidationRun> validations;
 };
 
 /// Runs training as `config` says (validated by load_train_config). Throws ValidationError for
