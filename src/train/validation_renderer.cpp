@@ -104,6 +104,7 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : s
   encoders::FluxEncodersOptions options;
   options.dtype = s.encoder_dtype;
   options.max_sequence_length = config.tokenizer_max_length;
+  options.device = at::Device(config.device);  // the run's device, as the caching phase encodes
   options.load_vae = false;
   const auto folder = encoders::PipelineFolder::open(s.pipeline_folder, encoders::flux_encoder_components(options));
   const auto vae_config = encoders::AutoencoderKLConfig::from_file(
@@ -199,10 +200,10 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
     const auto load_start = std::chrono::steady_clock::now();
     encoders::FluxEncodersOptions options;
     options.dtype = s.encoder_dtype;
+    options.device = device;
     options.load_text = false;
     const auto folder = encoders::PipelineFolder::open(s.pipeline_folder, encoders::flux_encoder_components(options));
     auto vae = encoders::FluxEncoders::load(folder, options);
-    vae.vae()->to(device);
     report.vae_load_seconds = seconds_since(load_start);
     for (size_t p = 0; p < s.prompts.size(); ++p) {
       for (size_t r = 0; r < s.resolutions.size(); ++r) {
@@ -210,7 +211,7 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
         // Tiled above 1024 px a side, as `remat sample` decodes by default: an untiled 1024x1024
         // decode alone holds several GiB of activations (docs/VAE.md).
         vae.vae()->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
-        const at::Tensor pixels = sample::to_uint8_image(vae.decode_latents(latents[p][r].to(device)));
+        const at::Tensor pixels = sample::to_uint8_image(vae.decode_latents(latents[p][r]));
         const std::string name = validation_image_file_name(step, s.prompts[p].shortname, static_cast<int64_t>(r), res);
         sample::PngText text = {{"prompt", s.prompts[p].prompt},
                                 {"seed", std::to_string(s.seed)},
