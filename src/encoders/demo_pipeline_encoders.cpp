@@ -65,10 +65,25 @@ T5Config demo_t5_config(const models::FluxConfig& transformer, int64_t tokenizer
   return config;
 }
 
+// A trained VAE's posterior is nearly deterministic: its standard deviation is tiny next to the
+// latents' spread, so a cached sample is essentially the picture's mean latent. Random weights give
+// log-variances near 0 instead, noise as large as the signal, and a demo trained on such latents
+// learns mostly noise. The log-variance half of the encoder's output is therefore fixed at -12
+// (standard deviation e^-6, about 0.0025) in the layer that emits the moments (quant_conv when the
+// VAE has one, else the encoder's conv_out); the mean half stays random.
+void make_posterior_nearly_deterministic(AutoencoderKLImpl& vae, const AutoencoderKLConfig& config) {
+  torch::NoGradGuard no_grad;
+  const int64_t c = config.latent_channels;
+  auto& moments = config.use_quant_conv ? vae.quant_conv : vae.encoder->conv_out;
+  moments->weight.slice(0, c, 2 * c).zero_();
+  moments->bias.slice(0, c, 2 * c).fill_(-12.0);
+}
+
 void write_demo_vae(const std::string& dir, const DemoPipelineOptions& options) {
   const auto config = demo_vae_config(transformer_config(options));
   seed_for(options, 1);
   AutoencoderKL vae(config);
+  make_posterior_nearly_deterministic(*vae, config);
   vae->to(file_dtype(options));
   save_component(dir, *vae, config.to_json());
 }

@@ -116,8 +116,8 @@ int run_sample(const std::vector<std::string>& args) {
   app.add_option("--dtype", dtype, "Weights and computation of every model")
       ->check(CLI::IsMember({"bfloat16", "float32", "bf16", "fp32"}))
       ->capture_default_str();
-  app.add_option("--device", device_text, "Where the transformer and the VAE run: cpu, cuda or cuda:N "
-                                          "(the text encoders run on the CPU)")
+  app.add_option("--device", device_text,
+                 "Where the text encoders, the transformer and the VAE run (one at a time): cpu, cuda or cuda:N")
       ->capture_default_str();
   app.add_option("--tokenizer_max_length,--max_sequence_length", max_length,
                  "T5 tokens per prompt (FluxPipeline's max_sequence_length: 512 for dev, 256 for schnell)")

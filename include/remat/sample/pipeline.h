@@ -44,8 +44,7 @@ struct PipelineOptions {
   std::vector<LoraSpec> loras;
   /// Weights and computation of every model: bfloat16 (as the published files) or float32.
   at::ScalarType dtype = at::kBFloat16;
-  /// Where the transformer and the VAE run. The text encoders run on the CPU
-  /// (encoders::FluxEncoders has no device), once per prompt.
+  /// Where the text encoders, the transformer and the VAE run (one after the other).
   c10::Device device = c10::kCPU;
   /// T5 tokens per prompt (FluxPipeline's max_sequence_length: 512 for dev, 256 for schnell).
   int64_t max_sequence_length = 512;
