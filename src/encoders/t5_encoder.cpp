@@ -1,3 +1,4 @@
+#include "remat/default_dtype.h"
 #include "remat/encoders/t5_encoder.h"
 
 #include <cmath>
@@ -241,22 +242,6 @@ std::string file_list(const std::vector<io::SafetensorsFile>& files) {
   for (const auto& f : files) out += (out.empty() ? "'" : ", '") + f.path() + "'";
   return out.empty() ? "(no files)" : out;
 }
-
-// Builds modules directly in `dtype` (LibTorch creates parameters in the default dtype): an XXL
-// encoder built in fp32 and then converted would briefly need 19 GB for a 9.5 GB bf16 model.
-// The default dtype is process-wide, so this must not overlap module construction elsewhere.
-class DefaultDtypeGuard {
- public:
-  explicit DefaultDtypeGuard(at::ScalarType dtype) : saved_(c10::get_default_dtype()) {
-    c10::set_default_dtype(c10::scalarTypeToTypeMeta(dtype));
-  }
-  ~DefaultDtypeGuard() { c10::set_default_dtype(saved_); }
-  DefaultDtypeGuard(const DefaultDtypeGuard&) = delete;
-  DefaultDtypeGuard& operator=(const DefaultDtypeGuard&) = delete;
-
- private:
-  caffe2::TypeMeta saved_;
-};
 
 bool is_ignored_key(const std::string& key) {
   // A full T5 checkpoint (T5ForConditionalGeneration) also holds the decoder and the LM head;

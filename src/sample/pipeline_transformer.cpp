@@ -5,30 +5,12 @@
 
 #include <torch/torch.h>
 
+#include "remat/default_dtype.h"
 #include "remat/encoders/flux_transformer_weights.h"
 #include "remat/error.h"
 #include "remat/sample/pipeline.h"
 
 namespace remat::sample {
-namespace {
-
-// LibTorch creates parameters in the default dtype: a bf16 FLUX.1-dev built in float32 and then
-// converted would briefly need 48 GB for a 24 GB model. The default dtype is process-wide; the
-// pipeline builds nothing else meanwhile.
-class DefaultDtypeGuard {
- public:
-  explicit DefaultDtypeGuard(at::ScalarType dtype) : saved_(c10::get_default_dtype()) {
-    c10::set_default_dtype(c10::scalarTypeToTypeMeta(dtype));
-  }
-  ~DefaultDtypeGuard() { c10::set_default_dtype(saved_); }
-  DefaultDtypeGuard(const DefaultDtypeGuard&) = delete;
-  DefaultDtypeGuard& operator=(const DefaultDtypeGuard&) = delete;
-
- private:
-  caffe2::TypeMeta saved_;
-};
-
-}  // namespace
 
 models::Flux load_transformer_with_loras(const std::string& transformer_dir, at::ScalarType dtype, c10::Device device,
                                          const std::vector<models::LoraFile>& loras,
