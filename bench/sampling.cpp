@@ -7,7 +7,7 @@
 //          and one single-stream block are measured at a resolution (default 1024 x 1024: 4096
 //          image tokens + 512 text tokens) in fp32 and bf16, and the full model's step is
 //          extrapolated as 19 double + 38 single blocks (labelled as an extrapolation).
-//   share  the demo's training step (flux-small LoRA rank 16 "all", batch 4 of 32-pixel pictures,
+//   share  a demo-sized training step (flux-small LoRA rank 16 "all", batch 4 of 32-pixel pictures,
 //          checkpointing interval 2, AdamW) beside one validation image at the demo's size
 //          (validation_num_inference_steps 30, the demo VAE decoding), and sampling's share of a
 //          run that validates every N steps.
