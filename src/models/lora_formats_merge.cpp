@@ -131,10 +131,8 @@ void save_lora_kohya(const std::string& path, const std::map<std::string, at::Te
     // reader sees the diagonal structure (and a zero delta for that part).
     const size_t n = module.diffusers.size();
     const int64_t in_features = first.down.size(1);
-    const int64_t hidden = [&] {
-      for (const auto& [j, f] : parts) return f.up.size(0) / module.pattern->split_units[j];
-      return int64_t{0};
-    }();
+    // The hidden size from the first part present: its rows are split_units of it.
+    const int64_t hidden = first.up.size(0) / module.pattern->split_units[parts.begin()->first];
     std::vector<at::Tensor> downs, ups_rows;
     for (size_t j = 0; j < n; ++j) {
       const int64_t rows = module.pattern->split_units[j] * hidden;
