@@ -173,7 +173,10 @@ class Reader {
       }
       layers[name][suffix] = key;
     }
-    for (const auto& [name, parts] : layers) {
+    for (const auto& layer : layers) {
+      // Named references, not a structured binding: C++17 lambdas cannot capture those (clang refuses).
+      const std::string& name = layer.first;
+      const auto& parts = layer.second;
       const auto part = [&](const std::string& s) -> std::string {
         const auto it = parts.find(s);
         if (it == parts.end()) fail("has " + name + " without its " + s.substr(1) + " tensor");
