@@ -54,14 +54,19 @@ std::string csv_field(const std::string& text) {
 }  // namespace
 
 std::string format_benchmark_table(const BenchmarkReport& report) {
-  const std::vector<std::string> header = {"layout", "step (s)", "forward (s)", "backward (s)",
-                                           "peak", "predicted peak", "error", "predicted step (s)"};
+  // A precision column when any record quantises its base (remat bench --base_model_precision).
+  const bool precisions = std::any_of(report.records.begin(), report.records.end(),
+                                      [](const BenchmarkRecord& r) { return r.base_model_precision != "no_change"; });
+  std::vector<std::string> header = {"layout", "step (s)", "forward (s)", "backward (s)",
+                                     "peak", "predicted peak", "error", "predicted step (s)"};
+  if (precisions) header.insert(header.begin(), "base precision");
   std::vector<std::vector<std::string>> rows = {header};
   for (const auto& r : report.records) {
     rows.push_back({r.layout, fixed(r.median_step_s, 4), fixed(r.median_forward_s, 4),
                     fixed(r.median_backward_s, 4), memory::format_bytes(r.peak_bytes),
                     memory::format_bytes(r.predicted_peak_bytes), signed_percent(r.peak_error_pct),
                     fixed(r.predicted_step_s, 4)});
+    if (precisions) rows.back().insert(rows.back().begin(), r.base_model_precision);
   }
   std::vector<size_t> width(header.size(), 0);
   for (const auto& row : rows) {
@@ -97,7 +102,8 @@ std::string format_benchmark_table(const BenchmarkReport& report) {
 std::string benchmark_json(const BenchmarkReport& report) {
   nlohmann::json records = nlohmann::json::array();
   for (const auto& r : report.records) {
-    nlohmann::json j = {{"layout", r.layout},
+    nlohmann::json j = {{"base_model_precision", r.base_model_precision},
+                        {"layout", r.layout},
                         {"chosen_layout", r.chosen},
                         {"median_step_s", r.median_step_s},
                         {"median_forward_s", r.median_forward_s},

@@ -2,6 +2,8 @@
 // against the device's available memory, before anything is allocated.
 #include "remat/train/admission.h"
 
+#include <algorithm>
+
 #include "remat/memory.h"
 #include "remat/models/lora.h"
 #include "remat/train/config.h"
@@ -21,6 +23,11 @@ std::string with_commas(int64_t n) {
 
 std::string describe(const MemoryDemand& d) {
   std::string out = memory::format_bytes(d.total()) + " (weights " + memory::format_bytes(d.weight_bytes);
+  if (d.quantized_linears > 0) {
+    out += " with " + std::to_string(d.quantized_linears) + " Linears quantised to " +
+           memory::format_bytes(d.quantized_weight_bytes) + ", one dequantised Linear " +
+           memory::format_bytes(d.dequantized_transient_bytes);
+  }
   if (d.trainable > 0) {
     out += ", gradients " + memory::format_bytes(d.gradient_bytes) + ", AdamW state " +
            memory::format_bytes(d.optimizer_bytes);
@@ -32,7 +39,8 @@ std::string describe(const MemoryDemand& d) {
 
 std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use) {
   const ModelFamily& family = model_family(spec.family);
-  if (!family.parameter_count || (use.lora_rank > 0 && !family.linear_layers)) return std::nullopt;
+  const bool quantized = use.base_precision.mode != models::WeightQuantization::none;
+  if (!family.parameter_count || ((use.lora_rank > 0 || quantized) && !family.linear_layers)) return std::nullopt;
   TransformerSpec resolved = spec;
   if (resolved.preset.empty()) resolved.preset = family.small_flavour;  // as make_transformer does
   // Model configs are bounded (remat/models/config_limits.h): at most ~3e14 parameters, so the
@@ -46,6 +54,19 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
   d.parameters = base + lora;
   d.trainable = !use.training ? 0 : use.lora_rank > 0 ? lora : base;
   d.weight_bytes = d.parameters * use.weight_element_bytes;
+  if (quantized) {
+    // Each quantised Linear's weight leaves the full-size count and comes back at its quantised
+    // size; its bias stays full (the same Linears make_transformer quantises).
+    for (const auto& layer : family.linear_layers(resolved)) {
+      if (!models::is_quantized_linear_name(layer.name)) continue;
+      const int64_t elements = layer.out_features * layer.in_features;
+      const int64_t bytes = models::quantized_weight_bytes(layer.out_features, layer.in_features, use.base_precision);
+      d.weight_bytes += bytes - elements * use.weight_element_bytes;
+      d.quantized_weight_bytes += bytes;
+      d.quantized_linears += 1;
+      d.dequantized_transient_bytes = std::max(d.dequantized_transient_bytes, elements * use.weight_element_bytes);
+    }
+  }
   d.gradient_bytes = d.trainable * 4;
   d.optimizer_bytes = d.trainable * 8;
   return d;
@@ -66,6 +87,26 @@ void admit_model(const TransformerSpec& spec, const ModelUse& use, const c10::De
     const auto d = predict_model_memory(s, u);
     if (d && d->total() <= available) fits += (fits.empty() ? "" : ", ") + option + " (" + memory::format_bytes(d->total()) + ")";
   };
+  // The quantised precisions first: they keep the model the user chose. Only for LoRA or
+  // inference (a full fine-tune trains the weights a quantised base freezes); int8 before NF4,
+  // which costs more accuracy.
+  const bool can_quantize = !use.training || use.lora_rank > 0;
+  if (!use.precision_flag.empty()) {
+    for (const char* name : {"int8-quanto", "nf4-bnb"}) {
+      const models::BasePrecision p = models::parse_base_model_precision(name);
+      if (p.mode == use.base_precision.mode) continue;
+      if (use.base_precision.mode == models::WeightQuantization::nf4) continue;  // already the smallest
+      ModelUse quantized = use;
+      quantized.base_precision = p;
+      if (can_quantize) {
+        suggest(use.precision_flag + "=" + name, spec, quantized);
+      } else if (!use.lora_flag.empty()) {
+        quantized.lora_rank = TrainConfig{}.lora_rank;
+        quantized.lora_target = family.lora_target_presets.front();
+        suggest(use.lora_flag + " " + use.precision_flag + "=" + name, spec, quantized);
+      }
+    }
+  }
   if (use.training && use.lora_rank == 0 && !use.lora_flag.empty()) {
     ModelUse lora = use;
     lora.lora_rank = TrainConfig{}.lora_rank;

@@ -18,6 +18,7 @@
 #include "remat/memory.h"
 #include "remat/train/admission.h"
 #include "remat/train/auto_layout.h"
+#include "remat/train/base_precision.h"
 #include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
@@ -130,6 +131,26 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
                     "[bench] device must be cpu on this machine (no CUDA device available), got 'cuda'");
   if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
   torch::manual_seed(o.seed);
+  // The precision: SimpleTuner's names, the ones remat lacks refused by name, LoRA only.
+  const auto& names_known = simpletuner_base_model_precisions();
+  if (std::find(names_known.begin(), names_known.end(), o.base_model_precision) == names_known.end()) {
+    std::string valid;
+    for (const auto& n : names_known) valid += (valid.empty() ? "" : ", ") + n;
+    throw_value_error("[bench] base_model_precision must be one of " + valid + ", got '" + o.base_model_precision + "'");
+  }
+  const auto unsupported = unsupported_base_model_precisions();
+  if (const auto it = unsupported.find(o.base_model_precision); it != unsupported.end()) {
+    throw_value_error("[bench] base_model_precision " + o.base_model_precision + " is not supported by remat: it needs " +
+                      it->second);
+  }
+  if (const auto lacks = base_model_precision_unavailable(o.base_model_precision)) {
+    throw_value_error("[bench] base_model_precision " + o.base_model_precision + " needs " + *lacks);
+  }
+  const models::BasePrecision precision = models::parse_base_model_precision(o.base_model_precision);
+  const bool quantized = precision.mode != models::WeightQuantization::none;
+  TORCH_CHECK_VALUE(!quantized || o.lora_rank > 0, "[bench] base_model_precision ", o.base_model_precision,
+                    " quantises the frozen base, which only LoRA training has: pass --lora_rank > 0 (a full "
+                    "fine-tune trains those weights)");
 
   if (!o.skip_memory_check) {
     ModelUse use;
@@ -137,11 +158,18 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
     use.lora_rank = o.lora_rank;
     use.lora_target = o.lora_target;
     use.lora_flag = "--lora_rank=16";
+    use.base_precision = precision;
+    use.precision_flag = "--base_model_precision";
     admit_model(o.model, use, device);
   }
-  auto model = make_transformer(o.model, device);
+  // Built in full precision, cast, then quantised, so a bf16 run quantises bf16 weights and
+  // never casts the quantised data or its scales (what make_transformer does for float32).
+  TransformerSpec full = o.model;
+  full.base_precision = models::BasePrecision{};
+  auto model = make_transformer(full, device);
   const bool bf16 = o.dtype == "bfloat16";
   if (bf16) model->module().to(at::kBFloat16);
+  if (quantized) models::quantize_linear_layers(model->module(), precision);
   if (o.lora_rank > 0) model->apply_lora(o.lora_target, o.lora_rank, static_cast<double>(o.lora_rank));
   model->module().train();
   std::vector<at::Tensor> params;
@@ -180,6 +208,7 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
   for (const auto& name : names) {
     BenchmarkLayout l = parse_benchmark_layout(name, stacks);
     BenchmarkRecord r;
+    r.base_model_precision = o.base_model_precision;
     r.layout = name;
     Prediction prediction;
     switch (l.kind) {
@@ -282,6 +311,9 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
       {"training", o.lora_rank == 0 ? "full fine-tune" : "LoRA rank " + std::to_string(o.lora_rank) +
                                                              " on '" + o.lora_target + "'"},
       {"trainable parameters", std::to_string(trainable_count)},
+      {"base_model_precision", o.base_model_precision +
+                                   (quantized ? " (" + models::to_string(precision.mode) + " Linears, dequantised per layer)"
+                                              : std::string(" (weights in the training dtype)"))},
       {"device", o.device + (device.is_cpu() ? ", " + std::to_string(at::get_num_threads()) + " threads" : "")},
       {"LibTorch", TORCH_VERSION},
       {"measurement", std::to_string(o.steps) + " steps after " + std::to_string(o.warmup) +

@@ -135,6 +135,11 @@ class Opt {
     spec_.unsupported_values[std::move(value)] = std::move(needs);
     return *this;
   }
+  /// Values this build may lack (Note on OptionSpec::unavailable_value).
+  Opt& unavailable(std::function<std::optional<std::string>(const std::string&)> needs) {
+    spec_.unavailable_value = std::move(needs);
+    return *this;
+  }
   Opt& checkpointing() { spec_.checkpointing = true; return *this; }
   Opt& alias(std::string a) { spec_.aliases.push_back(std::move(a)); return *this; }
   Opt& default_note(std::string n) { spec_.default_note = std::move(n); return *this; }

@@ -21,6 +21,7 @@
 
 #include "remat/checkpoint_plan.h"
 #include "remat/models/config_limits.h"
+#include "remat/train/base_precision.h"
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
 #include "remat/train/schedule.h"
@@ -143,6 +144,25 @@ std::vector<OptionSpec> build_registry() {
       .choices({"full", "lora"})
       .labels({{"full", "Full fine-tune (every weight)"}, {"lora", "LoRA adapters"}})
       .tooltip("SimpleTuner's default, full, is remat's too (it used to be lora; see CHANGELOG.md)."));
+  // SimpleTuner's whole vocabulary is valid (its configs load); the names remat does not
+  // implement are refused by name (remat/train/base_precision.h). Its registry shows the option
+  // for model_type lora only ("enable"); remat refuses it with a full fine-tune.
+  Opt precision(kModel, "base_model_precision", T::Choice, bind_field(&C::base_model_precision),
+                "Precision for loading the base model. Lower precision saves memory.");
+  precision.choices(simpletuner_base_model_precisions())
+      .labels(base_model_precision_labels())
+      .unavailable(base_model_precision_unavailable)
+      .depends("model_type", "lora", "enable")
+      .tooltip("Weight-only quantisation of the frozen transformer for LoRA training: the attention, "
+               "feed-forward and modulation Linears of the blocks are stored as int8 with one scale "
+               "per output channel (int8-quanto, int8-torchao), 4-bit NormalFloat with an absmax "
+               "per 64 weights and double-quantised scales (nf4-bnb), or float8 e4m3 (fp8-quanto, "
+               "fp8wo-torchao; LibTorch 2.1+). Each layer dequantises its weight for its own "
+               "matmul only. Embedders, norms, the output projection and the LoRA factors stay in "
+               "the training dtype. Memory admission, interval auto and remat bench count the "
+               "quantised size. docs/QUANTISATION.md has what each costs and saves.");
+  for (const auto& [name, needs] : unsupported_base_model_precisions()) precision.unsupported(name, needs);
+  add(std::move(precision));
   // ---- LoRA ----
   add(Opt(kLora, "lora_rank", T::Int, bind_field(&C::lora_rank), "Dimension of LoRA update matrices")
       .min(1).max(kMaxLoraRank).depends("model_type", "lora"));

@@ -21,6 +21,7 @@
 #include "remat/train/model_source.h"
 #include "remat/io/files.h"
 #include "remat/train/admission.h"
+#include "remat/train/base_precision.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
 #include "remat/train/family.h"
@@ -191,6 +192,7 @@ void Trainer::setup() {
   const ModelSource source = resolve_model_source(config_);
   spec.config_json = source.config_json;
   spec.weights = source.weights;
+  spec.base_precision = base_precision_of(config_);
   hooks_.log("[train] " + source.describe());
   if (!config_.skip_memory_check) {
     ModelUse use;
@@ -200,6 +202,8 @@ void Trainer::setup() {
       use.lora_target = family_.lora_target(config_);
     }
     use.lora_flag = "--model_type=lora";
+    use.base_precision = spec.base_precision;
+    use.precision_flag = "--base_model_precision";
     admit_model(spec, use, device_);
   }
   if (!image_run) data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
@@ -210,6 +214,12 @@ void Trainer::setup() {
   }
 
   model_ = make_transformer(spec, device_);
+  if (spec.base_precision.mode != models::WeightQuantization::none) {
+    hooks_.log("[train] base weights: base_model_precision " + config_.base_model_precision + " (" +
+               models::to_string(spec.base_precision.mode) +
+               (spec.base_precision.double_quantization ? ", double-quantised scales" : "") +
+               "): the blocks' Linears are stored quantised and dequantised per layer");
+  }
   if (config_.model_type == "lora") {
     const std::string target = family_.lora_target(config_);
     const auto wrapped = model_->apply_lora(target, config_.lora_rank, config_.lora_alpha_value());

@@ -135,7 +135,13 @@ std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec, const
   const ModelFamily& family = model_family(spec.family);
   TransformerSpec resolved = spec;
   if (resolved.preset.empty()) resolved.preset = family.small_flavour;
-  return family.build(resolved, device);
+  auto model = family.build(resolved, device);
+  // Layer by layer: each Linear's full-precision weight is released as its quantised copy is
+  // made, so the peak is the model plus one layer's quantised data.
+  if (resolved.base_precision.mode != models::WeightQuantization::none) {
+    models::quantize_linear_layers(model->module(), resolved.base_precision);
+  }
+  return model;
 }
 
 Batch batch_to(const Batch& batch, const at::Device& device) {

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include "remat/io/bounded_json.h"
+#include "remat/train/base_precision.h"
 #include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/options.h"
@@ -197,6 +198,8 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
         const auto needs = spec->unsupported_values.find(*v);
         if (needs != spec->unsupported_values.end()) {
           unsupported.push_back({spec->name, *v, "needs " + needs->second + ", which remat does not have"});
+        } else if (spec->unavailable_value) {
+          if (const auto lacks = spec->unavailable_value(*v)) unsupported.push_back({spec->name, *v, "needs " + *lacks});
         }
       }
     } catch (const ValidationError& e) {
@@ -254,6 +257,13 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
   }
   if (family != nullptr && !refused.count("model_flavour") && family->apply_flavour) {
     for (const auto& w : family->apply_flavour(config, given)) warn("model_flavour", config.model_flavour, w);
+  }
+
+  // A quantised base is for LoRA only: an error, not the dependency rule's warning (a full
+  // fine-tune at no_change would silently be a different run from the one asked for).
+  for (auto& d : base_model_precision_diagnostics(config)) {
+    out.push_back(std::move(d));
+    config.base_model_precision = "no_change";  // reported once, not again as a dependency
   }
 
   // 3. Dependencies and relations of the options outside the checkpointing group (the safety

@@ -1,4 +1,5 @@
 // `remat bench`: training-step time and peak memory per checkpoint layout, with predictions.
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
@@ -28,7 +29,7 @@ int run_bench(const std::vector<std::string>& args) {
   ModelFlags model;
   model.add_to(app);
   train::BenchmarkOptions o;
-  std::string resolution, layouts, json, csv, svg;
+  std::string resolution, layouts, json, csv, svg, precisions = "no_change";
   // Every count is bounded (a flag of 10^12 tokens would size tensors before anything failed):
   // 2^20 image tokens is a 16384 x 16384 Flux image; the others as make-demo-data bounds them.
   constexpr int64_t kMaxTokens = int64_t{1} << 20;
@@ -43,6 +44,11 @@ int run_bench(const std::vector<std::string>& args) {
   app.add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--lora_rank", o.lora_rank, "LoRA rank; 0 = full fine-tune")->check(CLI::Range(int64_t{0}, int64_t{4096}))->capture_default_str();
   app.add_option("--lora_target", o.lora_target, "LoRA target preset of the family (Flux: flux_lora_target's values)")->capture_default_str();
+  app.add_option("--base_model_precision", precisions,
+                 "Comma list of base_model_precision values (SimpleTuner's names: no_change, int8-quanto, "
+                 "nf4-bnb, ...), each benchmarked over the same layouts and shown side by side; a "
+                 "quantised one needs --lora_rank > 0")
+      ->capture_default_str();
   add_registry_option(app, "torch_num_threads", o.threads);
   app.add_option("--layouts", layouts,
                  "Comma list: off, N (interval), N/S (interval/stride), ffn, offload, auto:SIZE "
@@ -77,7 +83,29 @@ int run_bench(const std::vector<std::string>& args) {
   o.model = model.spec();
   o.layouts = split_commas(layouts);
   // Bad options and files throw; main() prints them and exits with code 2.
-  const auto report = train::run_benchmark(o, [](const std::string& line) { std::cerr << line << "\n"; });
+  // One benchmark per precision, each over the same layouts; one table. The facts are the first
+  // run's, with every precision named.
+  const std::vector<std::string> precision_list = split_commas(precisions);
+  if (precision_list.empty()) {
+    std::cerr << "error: --base_model_precision must name at least one precision, got '" << precisions << "'\n";
+    return 2;
+  }
+  train::BenchmarkReport report;
+  for (const auto& precision : precision_list) {
+    o.base_model_precision = precision;
+    const auto one = train::run_benchmark(o, [](const std::string& line) { std::cerr << line << "\n"; });
+    if (report.records.empty()) {
+      report = one;
+      continue;
+    }
+    report.records.insert(report.records.end(), one.records.begin(), one.records.end());
+    report.worst_peak_error_pct = std::max(report.worst_peak_error_pct, one.worst_peak_error_pct);
+  }
+  if (precision_list.size() > 1) {
+    for (auto& [key, value] : report.facts) {
+      if (key == "base_model_precision") value = precisions + " (one run each, same layouts)";
+    }
+  }
   std::cout << format_benchmark_table(report);
   if (!json.empty()) write_file_atomic(json, benchmark_json(report));
   if (!csv.empty()) write_file_atomic(csv, benchmark_csv(report));

@@ -37,29 +37,42 @@ struct ModelUse {
   std::string lora_flag;
   /// What the override is called on the caller's command line.
   std::string override_flag = "--skip_memory_check";
+  /// How the frozen base's Linears are stored (TransformerSpec::base_precision).
+  models::BasePrecision base_precision;
+  /// The caller's flag for it (e.g. "--base_model_precision"): when set, a LoRA run (or a
+  /// model built for inference) that does not fit is told which quantised precision would.
+  std::string precision_flag;
 };
 
 /// The prediction, in bytes on the device.
 struct MemoryDemand {
   int64_t parameters = 0;       ///< of the transformer, LoRA factors included
   int64_t trainable = 0;        ///< of which train (0 unless ModelUse::training)
-  int64_t weight_bytes = 0;     ///< parameters x weight_element_bytes
+  /// Every weight: the quantised Linears at models::quantized_weight_bytes (data and scales),
+  /// every other parameter at weight_element_bytes.
+  int64_t weight_bytes = 0;
+  int64_t quantized_linears = 0;         ///< Linears stored quantised
+  int64_t quantized_weight_bytes = 0;    ///< of weight_bytes, what they hold
+  /// The largest quantised Linear's weight dequantised to weight_element_bytes: it exists only
+  /// inside that layer's forward or backward, one layer at a time.
+  int64_t dequantized_transient_bytes = 0;
   int64_t gradient_bytes = 0;   ///< trainable x 4 (float32 gradients)
   int64_t optimizer_bytes = 0;  ///< trainable x 8 (AdamW's two float32 moments)
-  int64_t total() const { return weight_bytes + gradient_bytes + optimizer_bytes; }
+  int64_t total() const { return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes; }
 };
 
 /// Predicts the memory of building `spec` for `use`, without allocating, from the family's
 /// parameter count and Linear layers (ModelFamily::parameter_count, linear_layers). nullopt when
-/// the family provides no count. Throws c10::ValueError for a bad spec (unknown family, preset,
+/// the family provides no count (or, for a quantised base, no Linear layers). Throws c10::ValueError for a bad spec (unknown family, preset,
 /// config.json).
 REMAT_API std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use);
 
 /// Refuses `spec` for `use` on `device` when its predicted demand exceeds `available_bytes`
 /// (default: memory::available_bytes(device)): throws ValidationError (option model_flavour) whose message
 /// gives the demand (weights, gradients, optimizer state), the bytes available, the options that
-/// would fit (smaller flavours of the family, LoRA when training in full, each with its
-/// prediction) and ModelUse::override_flag. Does nothing when the family has no count.
+/// would fit (the quantised base precisions that would, when ModelUse::precision_flag is set;
+/// smaller flavours of the family; LoRA when training in full; each with its prediction) and
+/// ModelUse::override_flag. Does nothing when the family has no count.
 REMAT_API void admit_model(const TransformerSpec& spec, const ModelUse& use, const c10::Device& device,
                            std::optional<int64_t> available_bytes = std::nullopt);
 

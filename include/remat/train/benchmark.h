@@ -34,6 +34,9 @@ struct BenchmarkOptions {
   int64_t threads = 0;
   /// Build the model even when memory admission predicts it will not fit (remat/train/admission.h).
   bool skip_memory_check = false;
+  /// SimpleTuner's base_model_precision of the frozen base (remat/train/base_precision.h):
+  /// "no_change", or a quantised one (LoRA only: lora_rank > 0).
+  std::string base_model_precision = "no_change";
   /// Layout names (see parse_benchmark_layout); empty: default_benchmark_layouts.
   std::vector<std::string> layouts;
   int64_t steps = 5;
@@ -61,6 +64,7 @@ REMAT_API BenchmarkLayout parse_benchmark_layout(const std::string& name,
 
 /// One row of the report.
 struct BenchmarkRecord {
+  std::string base_model_precision = "no_change";  ///< BenchmarkOptions::base_model_precision
   std::string layout;            ///< as written in the layout list
   std::string chosen;            ///< describe_layout of what ran (auto: the planner's choice)
   double median_step_s = 0.0;

@@ -96,6 +96,10 @@ struct TrainConfig {
   std::optional<std::string> pretrained_transformer_config;
   /// "full" (train every weight) or "lora". SimpleTuner's default, full (CHANGELOG.md).
   std::string model_type = "full";
+  /// SimpleTuner's base_model_precision: "no_change" (the training dtype), or a weight-only
+  /// quantisation of the frozen base for LoRA (remat/train/base_precision.h: int8-quanto,
+  /// nf4-bnb, ...).
+  std::string base_model_precision = "no_change";
   int64_t lora_rank = 16;
   /// LoRA scale numerator (scale = alpha / rank). Unset on input means alpha = rank; after
   /// load_train_config it always holds a value.

@@ -82,6 +82,10 @@ struct OptionSpec {
   /// it needs (flux_lora_target controlnet: "a ControlNet branch"). Validation refuses them
   /// unless --ignore_unsupported_options is given.
   std::map<std::string, std::string> unsupported_values;
+  /// Choice options: for a valid value this build cannot train (base_model_precision fp8 without
+  /// float8 dtypes), what it needs; std::nullopt when it trains. Decided at run time, so the
+  /// generated docs do not depend on the build. Refused like unsupported_values.
+  std::function<std::optional<std::string>(const std::string&)> unavailable_value;
   /// Display order in the registry (0-based), for UIs.
   int order = 0;
   /// Choices that depend on another option's value: when `choices_depend_on` is set, the value

@@ -20,6 +20,7 @@
 #include "remat/checkpoint.h"
 #include "remat/checkpoint_plan.h"
 #include "remat/layout.h"
+#include "remat/models/quantization.h"
 #include "remat/train/data.h"
 
 namespace remat::train {
@@ -39,6 +40,10 @@ struct TransformerSpec {
   std::string preset;                       ///< a model_flavour of the family (or a models:: preset name); empty: its small one
   std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides preset)
   std::optional<std::string> weights;       ///< a .safetensors file or a component folder (config.json + weights, possibly sharded) to load strictly
+  /// How the frozen base's Linear weights are stored (base_model_precision): none keeps them in
+  /// float32; otherwise the Linears models::is_quantized_linear_name picks are quantised (for
+  /// LoRA: apply_lora wraps them afterwards, training only the factors).
+  models::BasePrecision base_precision;
 };
 
 /// One model family behind a common interface.
@@ -107,8 +112,9 @@ class REMAT_API Transformer {
 };
 
 /// Builds the transformer of `spec` on `device` (float32 weights) through its family's
-/// descriptor, loading `spec.weights` strictly when given. Throws c10::ValueError naming what
-/// is wrong (an unknown family or preset, a bad config.json or weights file).
+/// descriptor, loading `spec.weights` strictly when given, and quantises its base Linears when
+/// spec.base_precision asks for it. Throws c10::ValueError naming what is wrong (an unknown
+/// family or preset, a bad config.json or weights file, fp8 without float8 dtypes).
 REMAT_API std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec,
                                                         const at::Device& device);
 
