@@ -25,7 +25,7 @@ constexpr const char* kTag = "[quant] ";
 #endif
 
 // Largest finite float8 e4m3fn value: the per-channel scale maps each row's absmax onto it.
-constexpr double kFp8E4m3Max = 448.0;
+[[maybe_unused]] constexpr double kFp8E4m3Max = 448.0;
 
 struct NamedPrecision {
   const char* name;
@@ -109,18 +109,32 @@ at::Tensor normalise(const at::Tensor& blocks, const at::Tensor& absmax) {
   return blocks / at::where(absmax == 0, at::ones_like(absmax), absmax).unsqueeze(1);
 }
 
-QuantizedWeight quantize_nf4(const at::Tensor& w, bool double_quantization) {
+// Elements quantised per step: the float32 temporaries of quantisation stay this small, so
+// quantising a weight streamed from a file never holds a full float32 copy of it. A multiple of
+// the NF4 block (64) and of 2 (two codes per byte).
+constexpr int64_t kChunkElements = int64_t{1} << 20;
+
+QuantizedWeight quantize_nf4(const at::Tensor& weight, bool double_quantization) {
   QuantizedWeight q;
-  const int64_t n = w.numel();
-  const at::Tensor blocks = as_blocks(w.reshape({-1}).to(at::kFloat), kNf4BlockSize);
-  const at::Tensor absmax = blocks.abs().amax(1);
-  at::Tensor codes = nearest_code(normalise(blocks, absmax), nf4_code_tensor(w.device())).reshape({-1});
-  if (codes.numel() % 2 != 0) codes = at::constant_pad_nd(codes, {0, 1}, 0);
-  codes = codes.narrow(0, 0, ceil_div(n, 2) * 2).view({-1, 2});
-  // bitsandbytes' packing: the even element in the high nibble.
-  q.data = at::bitwise_or(at::bitwise_left_shift(codes.select(1, 0), 4), codes.select(1, 1)).contiguous();
+  const int64_t n = weight.numel();
+  const at::Tensor flat = weight.reshape({-1});  // a view for the contiguous tensors loaders pass
+  const at::Tensor code = nf4_code_tensor(weight.device());
+  const at::Tensor absmax = at::empty({ceil_div(n, kNf4BlockSize)}, weight.options().dtype(at::kFloat));
+  q.data = at::empty({ceil_div(n, 2)}, weight.options().dtype(at::kByte));
+  for (int64_t start = 0; start < n; start += kChunkElements) {
+    const int64_t len = std::min(kChunkElements, n - start);
+    const at::Tensor blocks = as_blocks(flat.narrow(0, start, len).to(at::kFloat), kNf4BlockSize);
+    const at::Tensor chunk_absmax = blocks.abs().amax(1);
+    absmax.narrow(0, start / kNf4BlockSize, blocks.size(0)).copy_(chunk_absmax);
+    at::Tensor codes = nearest_code(normalise(blocks, chunk_absmax), code).reshape({-1}).narrow(0, 0, len);
+    if (len % 2 != 0) codes = at::constant_pad_nd(codes, {0, 1}, 0);
+    codes = codes.view({-1, 2});
+    // bitsandbytes' packing: the even element in the high nibble.
+    q.data.narrow(0, start / 2, codes.size(0))
+        .copy_(at::bitwise_or(at::bitwise_left_shift(codes.select(1, 0), 4), codes.select(1, 1)));
+  }
   if (!double_quantization) {
-    q.scales = absmax.contiguous();
+    q.scales = absmax;
     return q;
   }
   // bitsandbytes' nested quantisation: subtract the mean, then blockwise 8-bit (absmax per
@@ -128,11 +142,30 @@ QuantizedWeight quantize_nf4(const at::Tensor& w, bool double_quantization) {
   q.scale_offset = absmax.mean();
   const at::Tensor centred = as_blocks(absmax - q.scale_offset, kNf4ScaleBlockSize);
   const at::Tensor scale_absmax = centred.abs().amax(1);
-  q.scales = nearest_code(normalise(centred, scale_absmax), dynamic_code_tensor(w.device()))
+  q.scales = nearest_code(normalise(centred, scale_absmax), dynamic_code_tensor(weight.device()))
                  .reshape({-1})
                  .narrow(0, 0, absmax.numel())
                  .contiguous();
   q.scale_scales = scale_absmax.contiguous();
+  return q;
+}
+
+// int8 / fp8: one scale per row, `max_code` the largest code; rows quantised a chunk at a time.
+QuantizedWeight quantize_per_channel(const at::Tensor& weight, double max_code, at::ScalarType code_dtype) {
+  QuantizedWeight q;
+  const int64_t rows = weight.size(0), cols = weight.size(1);
+  q.data = at::empty({rows, cols}, weight.options().dtype(code_dtype));
+  q.scales = at::empty({rows}, weight.options().dtype(at::kFloat));
+  const int64_t step = std::max<int64_t>(1, kChunkElements / cols);
+  for (int64_t r = 0; r < rows; r += step) {
+    const int64_t len = std::min(step, rows - r);
+    const at::Tensor w = weight.narrow(0, r, len).to(at::kFloat);
+    const at::Tensor absmax = w.abs().amax(1);
+    q.scales.narrow(0, r, len).copy_(absmax / max_code);
+    at::Tensor scaled = normalise(w, absmax) * max_code;
+    if (code_dtype == at::kChar) scaled = at::round(scaled).clamp(-max_code, max_code);
+    q.data.narrow(0, r, len).copy_(scaled.to(code_dtype));
+  }
   return q;
 }
 
@@ -263,26 +296,18 @@ QuantizedWeight quantize_weight(const at::Tensor& weight, WeightQuantization mod
   switch (mode) {
     case WeightQuantization::none:
       throw_value_error(std::string(kTag) + "quantize_weight: mode none keeps the weight as it is; nothing to quantise");
-    case WeightQuantization::int8: {
-      const at::Tensor w = weight.to(at::kFloat);
-      const at::Tensor absmax = w.abs().amax(1);
-      q.scales = (absmax / 127.0).contiguous();
-      q.data = at::round(normalise(w, absmax) * 127.0).clamp(-127, 127).to(at::kChar).contiguous();
+    case WeightQuantization::int8:
+      q = quantize_per_channel(weight, 127.0, at::kChar);
       break;
-    }
     case WeightQuantization::nf4:
       q = quantize_nf4(weight, double_quantization);
       break;
-    case WeightQuantization::fp8: {
+    case WeightQuantization::fp8:
       require_float8("fp8 weights");
 #if REMAT_HAS_FLOAT8
-      const at::Tensor w = weight.to(at::kFloat);
-      const at::Tensor absmax = w.abs().amax(1);
-      q.scales = (absmax / kFp8E4m3Max).contiguous();
-      q.data = (normalise(w, absmax) * kFp8E4m3Max).to(at::kFloat8_e4m3fn).contiguous();
+      q = quantize_per_channel(weight, kFp8E4m3Max, at::kFloat8_e4m3fn);
 #endif
       break;
-    }
   }
   q.mode = mode;
   q.out_features = weight.size(0);
