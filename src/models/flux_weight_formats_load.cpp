@@ -8,6 +8,8 @@
 
 #include "remat/error.h"
 #include "remat/models/flux_weight_formats.h"
+#include "remat/models/layers.h"
+#include "remat/models/quantized_loading.h"
 
 namespace remat::models {
 namespace {
@@ -19,9 +21,24 @@ bool is_lora_factor(const std::string& name) {
   return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }
 
-// The model's parameters and buffers by diffusers name, without LoRA factors.
+// Linears built under DeferLinearWeights that wait for a weight to quantise, by their weight's key.
+std::map<std::string, LinearImpl*> awaiting_linears(const torch::nn::Module& model) {
+  std::map<std::string, LinearImpl*> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+    if (linear != nullptr && linear->awaits_weight()) out[item.key() + ".weight"] = linear;
+  }
+  return out;
+}
+
+// The model's parameters and buffers by diffusers name, without LoRA factors. A Linear waiting
+// for a weight to quantise appears as a meta tensor of its weight's shape (no storage): checked
+// like any parameter, then quantised as it streams by (store_tensor).
 std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model) {
   std::map<std::string, at::Tensor> out;
+  for (const auto& [key, linear] : awaiting_linears(model)) {
+    out[key] = at::empty({linear->out_features(), linear->in_features()}, at::TensorOptions().device(at::kMeta));
+  }
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     if (!is_lora_factor(item.key())) out[item.key()] = item.value();
   }
@@ -54,20 +71,39 @@ int64_t max_block_index(const std::vector<std::string>& keys, const std::string&
   return best;
 }
 
+// Stores `source` (a view into the mapping, or a slice of one) as the model tensor `key`: copied
+// into a parameter, or quantised into a waiting Linear (a meta placeholder in `params`).
+void store_tensor(const std::string& key, const at::Tensor& source, const std::map<std::string, at::Tensor>& params,
+                  const std::map<std::string, LinearImpl*>& awaiting) {
+  const auto it = awaiting.find(key);
+  if (it != awaiting.end()) {
+    it->second->load_awaited_weight(source);
+    return;
+  }
+  params.at(key).copy_(source);
+}
+
 // Copies the BFL tensor `source` (a view into the mapping) into its diffusers targets.
-void copy_bfl_tensor(const BflTensor& t, const at::Tensor& source, const std::map<std::string, at::Tensor>& params) {
+void copy_bfl_tensor(const BflTensor& t, const at::Tensor& source, const std::map<std::string, at::Tensor>& params,
+                     const std::map<std::string, LinearImpl*>& awaiting) {
   if (t.swap_halves) {
-    at::Tensor dest = params.at(t.diffusers_keys[0]);
     const int64_t half = source.size(0) / 2;
+    const std::string& key = t.diffusers_keys[0];
+    if (awaiting.count(key)) {
+      // One full tensor in the file's dtype: the halves in diffusers' order, then quantised.
+      store_tensor(key, at::cat({source.narrow(0, half, half), source.narrow(0, 0, half)}), params, awaiting);
+      return;
+    }
+    at::Tensor dest = params.at(key);
     dest.narrow(0, 0, half).copy_(source.narrow(0, half, half));
     dest.narrow(0, half, half).copy_(source.narrow(0, 0, half));
     return;
   }
   int64_t offset = 0;
   for (const auto& key : t.diffusers_keys) {
-    at::Tensor dest = params.at(key);
-    dest.copy_(source.narrow(0, offset, dest.size(0)));
-    offset += dest.size(0);
+    const int64_t rows = params.at(key).size(0);
+    store_tensor(key, source.narrow(0, offset, rows), params, awaiting);
+    offset += rows;
   }
 }
 
@@ -165,8 +201,10 @@ void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& 
     }
   }
   const auto layout = detect_flux_weight_layout(all_keys);
+  const auto awaiting = awaiting_linears(model);
   if (layout.layout == FluxWeightLayout::diffusers) {
-    io::load_state_dict_into(model, files);  // strict: names every missing/unexpected key
+    // Strict: names every missing/unexpected key; quantises waiting Linears as they stream by.
+    load_state_dict_quantizing(model, files);
     return;
   }
   const std::string where = files.size() == 1 ? files[0].path() : files[0].path() + " (and its shards)";
@@ -220,7 +258,7 @@ void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& 
   torch::NoGradGuard no_grad;
   for (const auto& t : table) {
     const std::string key = layout.prefix + t.bfl_key;
-    copy_bfl_tensor(t, owner.at(key)->view(key), params);
+    copy_bfl_tensor(t, owner.at(key)->view(key), params, awaiting);
   }
 }
 
@@ -229,6 +267,13 @@ void load_flux_weights(FluxImpl& model, const std::string& safetensors_file) {
 }
 
 void save_flux_bfl(const std::string& path, const FluxImpl& model, const std::map<std::string, std::string>& metadata) {
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto* linear = dynamic_cast<const LinearImpl*>(item.value().get());
+    if (linear != nullptr && (linear->is_quantized() || linear->is_deferred())) {
+      throw_value_error(std::string(kTag) + "cannot save " + path + ": " + item.key() +
+                        " holds a quantised (or not yet loaded) weight; save the full-precision model");
+    }
+  }
   const auto params = model_tensors(model);
   std::vector<io::NamedTensor> entries;
   for (const auto& t : flux_bfl_tensors(model.config())) {

@@ -10,12 +10,18 @@
 namespace remat::models {
 
 LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias)
-    : in_features_(in_features), out_features_(out_features) {
+    : in_features_(in_features), out_features_(out_features), dtype_(c10::typeMetaToScalarType(at::get_default_dtype())) {
   TORCH_CHECK_VALUE(in_features >= 1, "[Linear] in_features must be >= 1, got ", in_features);
   TORCH_CHECK_VALUE(out_features >= 1, "[Linear] out_features must be >= 1, got ", out_features);
-  weight = register_parameter("weight", torch::empty({out_features, in_features}));
-  // torch.nn.Linear's default initialisation, so freshly built models behave like PyTorch ones.
-  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  if (DeferLinearWeights::active()) {
+    // Built to be quantised: the full weight is created (or streamed from a file) later, one
+    // layer at a time (remat/models/quantization.h).
+    deferred_ = true;
+  } else {
+    weight = register_parameter("weight", torch::empty({out_features, in_features}));
+    // torch.nn.Linear's default initialisation, so freshly built models behave like PyTorch ones.
+    torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  }
   if (with_bias) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
     bias = register_parameter("bias", torch::empty({out_features}));
@@ -24,7 +30,9 @@ LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::linear(x, weight, bias);
+  TORCH_CHECK(!deferred_, "[Linear] this layer was built under DeferLinearWeights and has no weight yet "
+                          "(resolve_deferred_linears, then load or initialize_awaiting_linears)");
+  at::Tensor y = is_quantized() ? quantized_linear(x, quantized_, bias) : at::linear(x, weight, bias);
   if (has_lora()) {
     // The factors may be kept in another dtype than the base weight (float32 LoRA on a bfloat16
     // model); compute the branch in theirs and add it in the base output's.
@@ -49,10 +57,78 @@ void LinearImpl::enable_lora(int64_t rank, double alpha) {
     torch::nn::init::kaiming_uniform_(lora_A->weight, std::sqrt(5.0));
     lora_B->weight.zero_();
   }
-  lora_A->to(weight.device(), weight.scalar_type());
-  lora_B->to(weight.device(), weight.scalar_type());
+  lora_A->to(weight_device(), weight_dtype());
+  lora_B->to(weight_device(), weight_dtype());
   lora_rank_ = rank;
   lora_scale_ = alpha / static_cast<double>(rank);
+}
+
+at::ScalarType LinearImpl::weight_dtype() const { return weight.defined() ? weight.scalar_type() : dtype_; }
+
+c10::Device LinearImpl::weight_device() const {
+  if (weight.defined()) return weight.device();
+  if (quantized_.data.defined()) return quantized_.data.device();
+  return bias.defined() ? bias.device() : device_;
+}
+
+at::Tensor LinearImpl::full_weight() const {
+  if (is_quantized()) return dequantize_weight(quantized_, weight_dtype());
+  TORCH_CHECK(weight.defined(), "[Linear] this layer has no weight yet (built under DeferLinearWeights)");
+  return weight;
+}
+
+void LinearImpl::set_quantized_weight(QuantizedWeight q) {
+  TORCH_CHECK_VALUE(q.mode != WeightQuantization::none && q.out_features == out_features_ &&
+                        q.in_features == in_features_,
+                    "[Linear] a quantised weight (", to_string(q.mode), ", ", q.out_features, " x ", q.in_features,
+                    ") for a layer of ", out_features_, " x ", in_features_);
+  dtype_ = weight_dtype();
+  device_ = weight_device();
+  if (parameters_.find("weight") != nullptr) parameters_.erase("weight");
+  weight = at::Tensor();  // the last reference: the full weight is freed here
+  quantized_ = std::move(q);
+  deferred_ = false;
+  awaited_ = BasePrecision{};
+}
+
+void LinearImpl::await_weight(const BasePrecision& precision) {
+  TORCH_CHECK(deferred_, "[Linear] await_weight: the layer already has its weight");
+  if (precision.mode != WeightQuantization::none) {
+    awaited_ = precision;
+    return;
+  }
+  at::Tensor w = torch::empty({out_features_, in_features_}, at::TensorOptions().dtype(dtype_).device(weight_device()));
+  torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0));
+  weight = register_parameter("weight", w);
+  deferred_ = false;
+}
+
+void LinearImpl::load_awaited_weight(const at::Tensor& full) {
+  TORCH_CHECK(awaits_weight(), "[Linear] load_awaited_weight: the layer is not waiting for a weight");
+  TORCH_CHECK_VALUE(full.dim() == 2 && full.size(0) == out_features_ && full.size(1) == in_features_,
+                    "[Linear] load_awaited_weight: weight of shape ", full.sizes(), " for a layer of ",
+                    out_features_, " x ", in_features_);
+  set_quantized_weight(quantize_weight(full.to(weight_device()), awaited_.mode, awaited_.double_quantization));
+}
+
+void LinearImpl::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(device, dtype, non_blocking);
+  // The quantised data keeps its format; it follows the device, and the dtype says what it
+  // dequantises to.
+  if (is_quantized()) quantized_ = quantized_.to(device);
+  device_ = device;
+  dtype_ = dtype;
+}
+
+void LinearImpl::to(torch::Dtype dtype, bool non_blocking) {
+  torch::nn::Module::to(dtype, non_blocking);
+  dtype_ = dtype;
+}
+
+void LinearImpl::to(torch::Device device, bool non_blocking) {
+  torch::nn::Module::to(device, non_blocking);
+  if (is_quantized()) quantized_ = quantized_.to(device);
+  device_ = device;
 }
 
 at::Tensor layer_norm(const at::Tensor& x, double eps) {

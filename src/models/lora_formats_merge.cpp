@@ -37,7 +37,10 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
       throw_value_error(kTag + lora.path + ": module " + name + " (" + lora_format_name(lora.format) +
                         " LoRA) is not a Linear layer of this model (a LoRA for another model?)");
     }
-    const at::Tensor& weight = it->second->weight;
+    // A quantised base has no `weight` parameter; its shape is the layer's.
+    const at::Tensor weight = it->second->is_quantized()
+                                  ? at::empty({it->second->out_features(), it->second->in_features()}, at::kMeta)
+                                  : it->second->weight;
     const bool fits = w.down.dim() == 2 && w.up.dim() == 2 && w.up.size(1) == w.down.size(0) &&
                       w.down.size(1) == weight.size(1) && w.up.size(0) == weight.size(0);
     if (!fits) {
@@ -59,7 +62,17 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
   // 2. Apply: W += user_scale * scale * up @ down in float32, rounded once to W's dtype.
   torch::NoGradGuard no_grad;
   for (const auto& [name, w] : lora.modules) {
-    at::Tensor& weight = linears.at(name)->weight;
+    LinearImpl& linear = *linears.at(name);
+    if (linear.is_quantized()) {
+      // Merged into the dequantised weight in float32 and quantised again in the same format.
+      const QuantizedWeight& q = linear.quantized_weight();
+      const at::Tensor full = dequantize_weight(q, at::kFloat);
+      const at::Tensor delta = at::matmul(w.up.to(full.device(), at::kFloat), w.down.to(full.device(), at::kFloat)) *
+                               (user_scale * w.scale);
+      linear.set_quantized_weight(quantize_weight(full + delta, q.mode, q.scale_scales.defined()));
+      continue;
+    }
+    at::Tensor& weight = linear.weight;
     const at::Tensor delta = at::matmul(w.up.to(weight.device(), at::kFloat), w.down.to(weight.device(), at::kFloat)) *
                              (user_scale * w.scale);
     weight.copy_(weight.to(at::kFloat) + delta);

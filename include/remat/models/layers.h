@@ -16,6 +16,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "remat/export.h"
+#include "remat/models/quantization.h"
 
 namespace remat::models {
 
@@ -27,6 +28,11 @@ inline constexpr double kNormEps = 1e-6;
 /// (alpha / r) * B(A(x)) with `lora_A` (r, in) and `lora_B` (out, r) registered as submodules, so
 /// the live keys are `<path>.lora_A.weight` / `<path>.lora_B.weight` (PEFT's file names without
 /// the `transformer.` prefix).
+///
+/// A frozen base weight can be quantised (remat/models/quantization.h): the layer then holds a
+/// QuantizedWeight instead of the `weight` parameter (which is unregistered and undefined: code
+/// that needs the weight's dtype or device asks weight_dtype() / weight_device(), code that needs
+/// its values asks full_weight()), and forward runs quantized_linear. LoRA works on top.
 class REMAT_API LinearImpl : public torch::nn::Module {
  public:
   /// Weight initialised as torch.nn.Linear (kaiming-uniform a = sqrt(5), bias U(+-1/sqrt(in))).
@@ -48,6 +54,35 @@ class REMAT_API LinearImpl : public torch::nn::Module {
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }
 
+  // ---- quantised base weight ----
+  bool is_quantized() const { return quantized_.mode != WeightQuantization::none; }
+  const QuantizedWeight& quantized_weight() const { return quantized_; }
+  /// Replaces the weight (full or quantised) by `weight`, which must be (out, in): the `weight`
+  /// parameter is unregistered and released. The weight's dtype stays what weight_dtype() says.
+  void set_quantized_weight(QuantizedWeight weight);
+  /// Built under DeferLinearWeights and not yet given a weight.
+  bool is_deferred() const { return deferred_; }
+  /// Deferred and waiting to be quantised with awaited_precision() (resolve_deferred_linears).
+  bool awaits_weight() const { return deferred_ && awaited_.mode != WeightQuantization::none; }
+  const BasePrecision& awaited_precision() const { return awaited_; }
+  /// Deferred: wait for a weight to quantise with `precision` (mode none: create the full weight
+  /// now, initialised as the constructor does).
+  void await_weight(const BasePrecision& precision);
+  /// Gives a waiting layer its weight: `full` (out, in), any floating dtype and device, quantised
+  /// with the awaited precision onto weight_device(). Throws c10::ValueError for a wrong shape.
+  void load_awaited_weight(const at::Tensor& full);
+  /// The dtype the layer computes its base in and creates LoRA factors in: the `weight`
+  /// parameter's, or for a quantised / deferred layer the default dtype at construction (changed
+  /// by to(dtype)).
+  at::ScalarType weight_dtype() const;
+  c10::Device weight_device() const;
+  /// The (out, in) weight in weight_dtype(): the parameter itself, or a dequantised copy.
+  at::Tensor full_weight() const;
+
+  void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Dtype dtype, bool non_blocking = false) override;
+  void to(torch::Device device, bool non_blocking = false) override;
+
   at::Tensor weight;
   at::Tensor bias;  ///< undefined when constructed with bias = false
   torch::nn::Linear lora_A{nullptr};
@@ -58,6 +93,11 @@ class REMAT_API LinearImpl : public torch::nn::Module {
   int64_t out_features_;
   int64_t lora_rank_ = 0;
   double lora_scale_ = 0.0;
+  QuantizedWeight quantized_;
+  bool deferred_ = false;
+  BasePrecision awaited_;
+  at::ScalarType dtype_;   ///< weight_dtype() once `weight` is gone
+  c10::Device device_{c10::kCPU};
 };
 TORCH_MODULE(Linear);
 

@@ -10,11 +10,16 @@
 /// no gradient, the input does). Checkpoint recomputation runs the same path, so it is bitwise
 /// equal to the first forward.
 ///
-/// INTERFACE DRAFT: the owner of the implementation may refine names and add members; callers in
-/// other layers adapt on merge.
+/// Building a model quantised without its full-precision weights: construct it under
+/// DeferLinearWeights, then resolve_deferred_linears (the Linears that stay full precision get
+/// their weights, the quantised ones wait), then either load a file (models::load_flux_weights /
+/// load_mageflow-style loaders quantise each awaiting weight as it streams by) or
+/// initialize_awaiting_linears (random weights, quantised one at a time). Peak: the quantised model
+/// plus one full-precision weight.
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +62,12 @@ REMAT_API bool float8_supported();
 
 /// QLoRA's NF4 code book: the 16 values, ascending, -1 ... 0 ... 1.
 REMAT_API const std::array<float, 16>& nf4_code_book();
+
+/// bitsandbytes' signed dynamic 8-bit code (create_dynamic_map(signed=True, 7 exponent bits)):
+/// for i = 0..6 the 2^i midpoints of linspace(0.1, 1, 2^i + 1) times +-10^(i-6), plus 0 and 1;
+/// 256 values ascending (computed in float64, rounded to float32). Double quantisation stores
+/// each NF4 block scale as the index of its nearest value here.
+REMAT_API const std::array<float, 256>& dynamic_8bit_code();
 
 /// NF4 block size (weights per absmax scale) and, with double quantisation, scales per
 /// second-level block.
@@ -105,6 +116,31 @@ REMAT_API int64_t quantized_weight_bytes(int64_t out_features, int64_t in_featur
 /// Linears of the blocks and the final modulation; never the embedders of a few rows, the output
 /// projection, norms or LoRA factors.
 REMAT_API bool is_quantized_linear_name(const std::string& name);
+
+/// While alive, on this thread, remat::models::Linear constructors register no `weight` (the
+/// bias is created as usual): the first step of building a model quantised without allocating
+/// its full-precision weights. Not nestable.
+class REMAT_API DeferLinearWeights {
+ public:
+  DeferLinearWeights();
+  ~DeferLinearWeights();
+  DeferLinearWeights(const DeferLinearWeights&) = delete;
+  DeferLinearWeights& operator=(const DeferLinearWeights&) = delete;
+  /// Whether a guard is alive on this thread.
+  static bool active();
+};
+
+/// After a module was built under DeferLinearWeights: each deferred Linear whose qualified name
+/// passes is_quantized_linear_name (and precision is not none) waits for its weight with
+/// `precision` (LinearImpl::awaits_weight); every other one gets its full-precision weight now,
+/// initialised as the constructor would, in the default dtype. Returns the waiting names.
+REMAT_API std::vector<std::string> resolve_deferred_linears(torch::nn::Module& module, const BasePrecision& precision);
+
+/// Gives every waiting Linear of `module` a weight initialised as torch.nn.Linear's
+/// (kaiming-uniform, in float32 on the module's device), quantised at once, so one full weight
+/// is alive at a time: a randomly initialised quantised model. `generator`-free: uses the global
+/// generator like the constructors.
+REMAT_API void initialize_awaiting_linears(torch::nn::Module& module);
 
 /// Quantises, in place, every remat::models::Linear of `module` whose qualified name passes
 /// is_quantized_linear_name (its full-precision weight is released layer by layer). Returns the
