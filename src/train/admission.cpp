@@ -37,6 +37,12 @@ std::string describe(const MemoryDemand& d) {
 
 }  // namespace
 
+int64_t dequantized_bytes(int64_t elements, int64_t element_bytes) {
+  // models::dequantize_weight computes in float32: the expanded codes and the scaled weight are
+  // both alive until the cast to the layer's dtype (none for float32) is made.
+  return elements * (2 * 4 + (element_bytes == 4 ? 0 : element_bytes));
+}
+
 std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use) {
   const ModelFamily& family = model_family(spec.family);
   const bool quantized = use.base_precision.mode != models::WeightQuantization::none;
@@ -64,7 +70,7 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
       d.weight_bytes += bytes - elements * use.weight_element_bytes;
       d.quantized_weight_bytes += bytes;
       d.quantized_linears += 1;
-      d.dequantized_transient_bytes = std::max(d.dequantized_transient_bytes, elements * use.weight_element_bytes);
+      d.dequantized_transient_bytes = std::max(d.dequantized_transient_bytes, dequantized_bytes(elements, use.weight_element_bytes));
     }
   }
   d.gradient_bytes = d.trainable * 4;

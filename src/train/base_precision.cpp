@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include <c10/util/Exception.h>
+#include <torch/version.h>
 
 namespace remat::train {
 namespace {
@@ -98,8 +99,15 @@ std::map<std::string, std::string> base_model_precision_labels() {
   for (const auto& name : simpletuner_base_model_precisions()) {
     std::string label = simpletuner_label(name);
     if (name != "no_change" && supported(name)) {
-      const models::BasePrecision p = models::parse_base_model_precision(name);
-      label += ", remat: " + models::to_string(p.mode) + (p.double_quantization ? " (double-quantised scales)" : "");
+      // The same text on every build (the docs are generated from it): a supported name that
+      // does not parse here is an fp8 one without float8 dtypes.
+      try {
+        const models::BasePrecision p = models::parse_base_model_precision(name);
+        label += ", remat: " + models::to_string(p.mode) + (p.double_quantization ? " (double-quantised scales)" : "") +
+                 (p.mode == models::WeightQuantization::fp8 ? " (LibTorch 2.1+)" : "");
+      } catch (const c10::ValueError&) {
+        label += ", remat: fp8 (LibTorch 2.1+)";
+      }
     } else if (name != "no_change") {
       label += ", not in remat";
     }
@@ -122,12 +130,12 @@ std::map<std::string, std::string> unsupported_base_model_precisions() {
 std::optional<std::string> base_model_precision_unavailable(const std::string& name) {
   if (!supported(name)) return std::nullopt;
   try {
-    const models::BasePrecision p = models::parse_base_model_precision(name);
-    if (p.mode == models::WeightQuantization::fp8 && !models::float8_supported()) {
-      return "float8 dtypes, which LibTorch has from 2.1 (this build's LibTorch has none; int8-quanto "
-             "quantises to 8 bits without them)";
-    }
+    models::parse_base_model_precision(name);  // throws for fp8 without float8 dtypes
   } catch (const c10::Error& e) {
+    if (!models::float8_supported()) {
+      return "float8 dtypes, which LibTorch has from 2.1 (this build has " + std::string(TORCH_VERSION) +
+             "; int8-quanto quantises to 8 bits without them)";
+    }
     return std::string(e.what_without_backtrace());
   }
   return std::nullopt;
@@ -135,6 +143,8 @@ std::optional<std::string> base_model_precision_unavailable(const std::string& n
 
 std::vector<Diagnostic> base_model_precision_diagnostics(const TrainConfig& config) {
   std::vector<Diagnostic> out;
+  // A name remat refuses anyway is reported once, as unsupported.
+  if (!supported(config.base_model_precision) || base_model_precision_unavailable(config.base_model_precision)) return out;
   if (config.base_model_precision != "no_change" && config.model_type != "lora") {
     out.push_back({Diagnostic::Severity::Error, "base_model_precision", config.base_model_precision,
                    "[train] base_model_precision=" + config.base_model_precision +

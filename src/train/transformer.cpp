@@ -13,6 +13,7 @@
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
+#include "remat/models/layers.h"
 #include "remat/models/lora.h"
 #include "remat/train/family.h"
 #include "transformer_support.h"
@@ -49,6 +50,14 @@ void load_weights(torch::nn::Module& module, const std::optional<std::string>& w
     return;
   }
   io::load_state_dict_into(module, *weights);  // strict: names every missing/unexpected key
+}
+
+std::vector<io::SafetensorsFile> open_weight_files(const std::string& weights) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(weights, ec)) return encoders::open_component_weights(weights);
+  std::vector<io::SafetensorsFile> files;
+  files.push_back(io::SafetensorsFile::open(weights));
+  return files;
 }
 
 // Shared by the families' synthetic_batch: counts must be >= 1.
@@ -131,14 +140,27 @@ std::vector<std::string> Transformer::apply_lora(const std::string& target_prese
   return models::apply_lora(module(), descriptor.lora_target_modules(target_preset), rank, alpha);
 }
 
+namespace {
+
+bool has_quantized_linear(torch::nn::Module& module) {
+  for (const auto& m : module.modules()) {
+    const auto* linear = dynamic_cast<const models::LinearImpl*>(m.get());
+    if (linear != nullptr && linear->is_quantized()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec, const at::Device& device) {
   const ModelFamily& family = model_family(spec.family);
   TransformerSpec resolved = spec;
   if (resolved.preset.empty()) resolved.preset = family.small_flavour;
   auto model = family.build(resolved, device);
-  // Layer by layer: each Linear's full-precision weight is released as its quantised copy is
-  // made, so the peak is the model plus one layer's quantised data.
-  if (resolved.base_precision.mode != models::WeightQuantization::none) {
+  // Flux and MageFlow build their base quantised without the float32 model
+  // (remat/models/quantized_loading.h). A family that builds it in full is quantised here, layer
+  // by layer, each full weight released as its quantised copy is made.
+  if (resolved.base_precision.mode != models::WeightQuantization::none && !has_quantized_linear(model->module())) {
     models::quantize_linear_layers(model->module(), resolved.base_precision);
   }
   return model;

@@ -179,7 +179,7 @@ TEST(SimpleTunerKeys, OneGroupedWarning) {
 }
 
 TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
-  const OptionValues values{{"base_model_precision", "int8-quanto"},
+  const OptionValues values{{"base_model_precision", "int4-quanto"},
                             {"use_ema", "true"},
                             {"tread_config", R"({"routes":[{"selection_ratio":0.5}]})"},
                             {"controlnet", "true"},
@@ -189,9 +189,11 @@ TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
   const auto errors = errors_of(r);
   ASSERT_EQ(errors.size(), 6u) << joined(errors);
   EXPECT_TRUE(contains(errors,
-                       "[train] base_model_precision=int8-quanto is not supported by remat yet: it quantises the "
-                       "frozen base weights, so remat would train something else than the config asks for. "
-                       "Remove it, or pass --ignore_unsupported_options to train without it"))
+                       "[train] base_model_precision=int4-quanto is not supported by remat yet: it needs 4-bit "
+                       "integer weights with group scales (optimum-quanto qint4) (remat quantises with "
+                       "int8-quanto, int8-torchao, nf4-bnb, fp8-quanto, fp8wo-torchao), which remat does not "
+                       "have, so remat would train something else than the config asks for. Remove it, or "
+                       "pass --ignore_unsupported_options to train without it"))
       << joined(errors);
   for (const char* key : {"use_ema=true", "tread_config=", "controlnet=true", "input_perturbation=0.1",
                           "lora_type=lycoris"}) {
@@ -214,8 +216,8 @@ TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
   EXPECT_TRUE(ignored.ok()) << joined(errors_of(ignored));
   const auto grouped = grouped_warnings(ignored);
   ASSERT_EQ(grouped.size(), 1u);
-  EXPECT_NE(grouped[0].find("ignored because of --ignore_unsupported_options: base_model_precision=int8-quanto "
-                            "(quantises the frozen base weights)"),
+  EXPECT_NE(grouped[0].find("ignored because of --ignore_unsupported_options: base_model_precision=int4-quanto "
+                            "(needs 4-bit integer weights"),
             std::string::npos)
       << grouped[0];
 }

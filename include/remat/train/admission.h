@@ -53,13 +53,18 @@ struct MemoryDemand {
   int64_t weight_bytes = 0;
   int64_t quantized_linears = 0;         ///< Linears stored quantised
   int64_t quantized_weight_bytes = 0;    ///< of weight_bytes, what they hold
-  /// The largest quantised Linear's weight dequantised to weight_element_bytes: it exists only
-  /// inside that layer's forward or backward, one layer at a time.
+  /// dequantized_bytes of the largest quantised Linear: the dequantised weight exists only inside
+  /// that layer's forward or backward, one layer at a time.
   int64_t dequantized_transient_bytes = 0;
   int64_t gradient_bytes = 0;   ///< trainable x 4 (float32 gradients)
   int64_t optimizer_bytes = 0;  ///< trainable x 8 (AdamW's two float32 moments)
   int64_t total() const { return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes; }
 };
+
+/// Bytes alive while a quantised Linear of `elements` weights is dequantised to a dtype of
+/// `element_bytes`: two float32 tensors of its size (the expanded codes and the scaled weight,
+/// models::dequantize_weight works in float32) plus the cast copy when the dtype is not float32.
+REMAT_API int64_t dequantized_bytes(int64_t elements, int64_t element_bytes);
 
 /// Predicts the memory of building `spec` for `use`, without allocating, from the family's
 /// parameter count and Linear layers (ModelFamily::parameter_count, linear_layers). nullopt when

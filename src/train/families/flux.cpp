@@ -10,6 +10,7 @@
 #include "remat/models/flux.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/lora.h"
+#include "remat/models/quantized_loading.h"
 #include "remat/train/family.h"
 #include "remat/train/schedule.h"
 #include "remat/train/transformer.h"
@@ -73,11 +74,23 @@ std::vector<std::string> apply_flux_flavour(TrainConfig& config, const std::vect
 
 class FluxTransformer final : public Transformer {
  public:
-  FluxTransformer(const TransformerSpec& spec, const at::Device& device)
-      : model_(config_of(spec)) {
-    // Either layout (diffusers or BFL), a file or a component folder.
-    if (spec.weights) encoders::load_flux_transformer_weights(*model_, *spec.weights);
+  FluxTransformer(const TransformerSpec& spec, const at::Device& device) : model_(build(spec)) {
     model_->to(device);
+  }
+
+  static models::Flux build(const TransformerSpec& spec) {
+    const models::FluxConfig config = config_of(spec);
+    if (spec.base_precision.mode == models::WeightQuantization::none) {
+      models::Flux model(config);
+      // Either layout (diffusers or BFL), a file or a component folder.
+      if (spec.weights) encoders::load_flux_transformer_weights(*model, *spec.weights);
+      return model;
+    }
+    // Quantised without ever holding the float32 model: each base Linear's weight is quantised
+    // as it streams from the file (or as it is initialised), one at a time.
+    if (!spec.weights) return models::make_quantized_flux(config, spec.base_precision);
+    const auto files = support::open_weight_files(*spec.weights);
+    return models::make_quantized_flux(config, spec.base_precision, &files);
   }
 
   std::string family() const override { return kName; }

@@ -4,6 +4,7 @@
 
 #include "remat/models/lora.h"
 #include "remat/models/mageflow.h"
+#include "remat/models/quantized_loading.h"
 #include "remat/train/family.h"
 #include "remat/train/schedule.h"
 #include "remat/train/transformer.h"
@@ -41,10 +42,21 @@ models::MageFlowConfig config_of(const TransformerSpec& spec) {
 // axis (batch dimension 1), delimited by cu_seqlens; attention stays within each sample.
 class MageFlowTransformer final : public Transformer {
  public:
-  MageFlowTransformer(const TransformerSpec& spec, const at::Device& device)
-      : model_(config_of(spec)) {
-    load_weights(*model_, spec.weights);
+  MageFlowTransformer(const TransformerSpec& spec, const at::Device& device) : model_(build(spec)) {
     model_->to(device);
+  }
+
+  static models::MageFlow build(const TransformerSpec& spec) {
+    const models::MageFlowConfig config = config_of(spec);
+    if (spec.base_precision.mode == models::WeightQuantization::none) {
+      models::MageFlow model(config);
+      load_weights(*model, spec.weights);
+      return model;
+    }
+    // Quantised as the weights stream by (remat/models/quantized_loading.h).
+    if (!spec.weights) return models::make_quantized_mageflow(config, spec.base_precision);
+    const auto files = support::open_weight_files(*spec.weights);
+    return models::make_quantized_mageflow(config, spec.base_precision, &files);
   }
 
   std::string family() const override { return kName; }
