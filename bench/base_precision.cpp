@@ -27,8 +27,6 @@ using namespace remat;
 
 const std::vector<std::string> kPrecisions = {"no_change", "int8-quanto", "nf4-bnb"};
 
-double gib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0); }
-
 train::TransformerSpec flux(const std::string& flavour, const std::string& precision) {
   train::TransformerSpec spec;
   spec.family = "flux";
@@ -40,17 +38,17 @@ train::TransformerSpec flux(const std::string& flavour, const std::string& preci
 void weight_table() {
   std::printf("Transformer weight bytes from the memory model (quantised Linears at data + scales, the\n"
               "rest in the dtype; 'transient' = the largest Linear while it is dequantised):\n\n");
-  std::printf("%-11s | %-11s | %-5s | %12s | %14s | %12s | %10s\n", "model", "precision", "dtype", "weights",
-              "of which quant.", "Linears q.", "transient");
+  std::printf("%-11s | %-11s | %-5s | %12s | %16s | %10s | %12s\n", "model", "precision", "dtype", "weights",
+              "quantised part", "Linears q.", "transient");
   for (const char* flavour : {"flux-dev", "flux-small"}) {
     for (const auto& precision : kPrecisions) {
       train::ModelUse use;
       use.weight_element_bytes = 2;  // bf16, as published and as a GPU run keeps them
       use.base_precision = models::parse_base_model_precision(precision);
       const auto d = train::predict_model_memory(flux(flavour, "no_change"), use);
-      std::printf("%-11s | %-11s | %-5s | %8.3f GiB | %10.3f GiB | %12lld | %6.3f GiB\n", flavour, precision.c_str(),
-                  "bf16", gib(d->weight_bytes), gib(d->quantized_weight_bytes),
-                  static_cast<long long>(d->quantized_linears), gib(d->dequantized_transient_bytes));
+      std::printf("%-11s | %-11s | %-5s | %12s | %16s | %10lld | %12s\n", flavour, precision.c_str(), "bf16",
+                  memory::format_bytes(d->weight_bytes).c_str(), memory::format_bytes(d->quantized_weight_bytes).c_str(),
+                  static_cast<long long>(d->quantized_linears), memory::format_bytes(d->dequantized_transient_bytes).c_str());
     }
   }
   std::printf("\nflux-small built at each precision (float32 rest), tracked bytes after the build vs the model:\n\n");
