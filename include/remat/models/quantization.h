@@ -74,6 +74,11 @@ REMAT_API const std::array<float, 256>& dynamic_8bit_code();
 inline constexpr int64_t kNf4BlockSize = 64;
 inline constexpr int64_t kNf4ScaleBlockSize = 256;
 
+/// Elements the quantisers process per step: their float32 / index temporaries stay within a few
+/// chunks (well under 32 bytes per chunk element), so quantising a tensor streamed from a file
+/// never holds a full float32 copy of it.
+inline constexpr int64_t kQuantizeChunkElements = int64_t{1} << 14;
+
 /// A quantised (out, in) weight.
 struct REMAT_API QuantizedWeight {
   WeightQuantization mode = WeightQuantization::none;
