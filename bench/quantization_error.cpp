@@ -133,7 +133,10 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10.2f %12.3e\n", "FBGEMM fused int8 (per tensor)", median_ms(repeats, run),
                 relative_error(run(), reference));
   } else {
-    std::printf("FBGEMM fused int8: not available (this LibTorch's quantized engines lack FBGEMM)\n");
+    std::string names;
+    for (const auto e : engines) names += (names.empty() ? "" : ", ") + std::string(c10::toString(e));
+    std::printf("FBGEMM fused int8: not available (this LibTorch's quantized engines: %s)\n",
+                names.empty() ? "none" : names.c_str());
   }
 
   std::printf("\n== flux-small weight bytes held (tracking allocator, float32 model) ==\n");

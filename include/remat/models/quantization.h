@@ -147,6 +147,11 @@ REMAT_API std::vector<std::string> resolve_deferred_linears(torch::nn::Module& m
 /// generator like the constructors.
 REMAT_API void initialize_awaiting_linears(torch::nn::Module& module);
 
+/// The state-dict keys ("<module>.weight") of the Linears of `module` that wait for a weight to
+/// quantise (LinearImpl::awaits_weight), sorted. Loaders route such a module through
+/// models::load_state_dict_quantizing.
+REMAT_API std::vector<std::string> awaiting_weight_keys(torch::nn::Module& module);
+
 /// Quantises, in place, every remat::models::Linear of `module` whose qualified name passes
 /// is_quantized_linear_name (its full-precision weight is released layer by layer). Returns the
 /// quantised module names. A no-op returning {} for WeightQuantization::none.
