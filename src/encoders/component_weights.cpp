@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "remat/encoders/pipeline_folder.h"
+#include "remat/models/quantized_loading.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
@@ -205,6 +206,21 @@ std::vector<io::SafetensorsFile> open_component_weights(const std::string& compo
 io::LoadReport load_component(const std::string& component_dir, torch::nn::Module& module,
                               const io::LoadOptions& options) {
   const auto files = open_component_weights(component_dir);
+  const auto awaiting = models::awaiting_weight_keys(module);
+  if (!awaiting.empty()) {
+    // A model built to be quantised (remat/models/quantized_loading.h): its waiting Linears are
+    // quantised as the shards stream by; strict, as the default load.
+    if (!options.strict || options.key_filter || !options.strip_prefix.empty() || !options.add_prefix.empty()) {
+      throw_value_error("[pipeline] " + component_dir + ": a model with quantised base weights loads strictly, "
+                        "without key filters or prefixes");
+    }
+    models::load_state_dict_quantizing(module, files);
+    io::LoadReport report;
+    for (const auto& entry : io::module_state(module)) report.loaded.push_back(entry.first);
+    report.loaded.insert(report.loaded.end(), awaiting.begin(), awaiting.end());
+    std::sort(report.loaded.begin(), report.loaded.end());
+    return report;
+  }
   if (options.strict) {
     // load_state_dict_into's strict error lists the keys for all files together; this check
     // comes first so that each problem names the one file that holds the key.

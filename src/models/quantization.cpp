@@ -83,7 +83,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 at::Tensor nearest_code(const at::Tensor& values, const at::Tensor& code) {
   const int64_t n = code.numel();
   const at::Tensor midpoints = (code.narrow(0, 0, n - 1) + code.narrow(0, 1, n - 1)) / 2;
-  return at::bucketize(values, midpoints, /*out_int32=*/false, /*right=*/false).to(at::kByte);
+  return at::bucketize(values, midpoints, /*out_int32=*/true, /*right=*/false).to(at::kByte);
 }
 
 at::Tensor nf4_code_tensor(const at::Device& device) {
@@ -109,10 +109,9 @@ at::Tensor normalise(const at::Tensor& blocks, const at::Tensor& absmax) {
   return blocks / at::where(absmax == 0, at::ones_like(absmax), absmax).unsqueeze(1);
 }
 
-// Elements quantised per step: the float32 temporaries of quantisation stay this small, so
-// quantising a weight streamed from a file never holds a full float32 copy of it. A multiple of
-// the NF4 block (64) and of 2 (two codes per byte).
-constexpr int64_t kChunkElements = int64_t{1} << 20;
+// A multiple of the NF4 block (64) and of 2 (two codes per byte).
+constexpr int64_t kChunkElements = kQuantizeChunkElements;
+static_assert(kChunkElements % kNf4BlockSize == 0 && kChunkElements % 2 == 0, "whole NF4 blocks and bytes per chunk");
 
 QuantizedWeight quantize_nf4(const at::Tensor& weight, bool double_quantization) {
   QuantizedWeight q;
@@ -162,9 +161,10 @@ QuantizedWeight quantize_per_channel(const at::Tensor& weight, double max_code, 
     const at::Tensor w = weight.narrow(0, r, len).to(at::kFloat);
     const at::Tensor absmax = w.abs().amax(1);
     q.scales.narrow(0, r, len).copy_(absmax / max_code);
-    at::Tensor scaled = normalise(w, absmax) * max_code;
-    if (code_dtype == at::kChar) scaled = at::round(scaled).clamp(-max_code, max_code);
-    q.data.narrow(0, r, len).copy_(scaled.to(code_dtype));
+    // In place: one float32 temporary of the chunk's size.
+    at::Tensor scaled = normalise(w, absmax).mul_(max_code);
+    if (code_dtype == at::kChar) scaled.round_().clamp_(-max_code, max_code);
+    q.data.narrow(0, r, len).copy_(scaled);
   }
   return q;
 }

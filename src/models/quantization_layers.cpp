@@ -1,6 +1,7 @@
 // Quantising the Linear layers of a built module, and building one quantised without its
 // full-precision weights (DeferLinearWeights -> resolve_deferred_linears -> load or initialise).
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/nn/init.h>
@@ -57,6 +58,15 @@ void initialize_awaiting_linears(torch::nn::Module& module) {
     }
     linear.load_awaited_weight(full.to(linear.weight_dtype()));
   });
+}
+
+std::vector<std::string> awaiting_weight_keys(torch::nn::Module& module) {
+  std::vector<std::string> keys;
+  for_each_linear(module, [&](const std::string& name, LinearImpl& linear) {
+    if (linear.awaits_weight()) keys.push_back(name + ".weight");
+  });
+  std::sort(keys.begin(), keys.end());
+  return keys;
 }
 
 std::vector<std::string> quantize_linear_layers(torch::nn::Module& module, const BasePrecision& precision) {

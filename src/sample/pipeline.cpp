@@ -181,7 +181,7 @@ std::vector<at::Tensor> run_pipeline(const PipelineOptions& options, const std::
                  (loras.empty() ? std::string() : " and merging " + std::to_string(loras.size()) +
                                                       (loras.size() == 1 ? " LoRA" : " LoRAs")));
     models::Flux transformer = load_transformer_with_loras(transformer_dir, options.dtype, options.device, loras,
-                                                           options.loras);
+                                                           options.loras, options.base_model_precision);
     stages.end("loaded the transformer");
     for (size_t i = 0; i < n; ++i) {
       stages.begin("denoising picture " + std::to_string(i + 1) + " of " + std::to_string(n));

@@ -14,7 +14,8 @@ namespace remat::sample {
 
 models::Flux load_transformer_with_loras(const std::string& transformer_dir, at::ScalarType dtype, c10::Device device,
                                          const std::vector<models::LoraFile>& loras,
-                                         const std::vector<LoraSpec>& specs) {
+                                         const std::vector<LoraSpec>& specs,
+                                         const models::BasePrecision& precision) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
     throw_value_error(std::string("[sample] dtype must be float32 or bfloat16, got ") + c10::toString(dtype));
   }
@@ -27,7 +28,16 @@ models::Flux load_transformer_with_loras(const std::string& transformer_dir, at:
   models::Flux model{nullptr};
   {
     DefaultDtypeGuard guard(dtype);
-    model = models::Flux(config);
+    if (precision.mode == models::WeightQuantization::none) {
+      model = models::Flux(config);
+    } else {
+      // The block Linears wait without weights and are quantised as the file streams by.
+      {
+        models::DeferLinearWeights defer;
+        model = models::Flux(config);
+      }
+      models::resolve_deferred_linears(*model, precision);
+    }
   }
   encoders::load_flux_transformer_weights(*model, transformer_dir);
   // Merged on the CPU, in float32 per module and rounded once to the weights' dtype.

@@ -410,6 +410,13 @@ expect 2 "cannot open config '$work/missing.json'" -- "$remat" demo-quality --co
 printf '{}\n' > "$work/empty_config.json"
 expect 2 "unknown option 'frobnicate'" -- "$remat" demo-quality --config "$work/empty_config.json" --frobnicate=1
 
+# remat sample --base_model_precision (issue 16): quantised while loading; refused names exit 2
+# naming the value, before any model loads.
+expect_quick 0 "wrote $work/q8.png" -- "$remat" sample "${sample[@]}" --prompt="a red square" --base_model_precision=int8-quanto --output="$work/q8.png"
+expect_quick 0 "wrote $work/qnf4.png" -- "$remat" sample "${sample[@]}" --prompt="a red square" --base_model_precision=nf4-bnb --output="$work/qnf4.png"
+expect_quick 2 "base_model_precision int4-quanto is not supported" -- "$remat" sample "${sample[@]}" --prompt=x --base_model_precision=int4-quanto --output="$work/badq.png"
+[[ -e "$work/badq.png" ]] && { echo "FAIL: a PNG was written after a refused precision"; failures=$((failures + 1)); } || echo "ok: no PNG after a refused precision"
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1

@@ -261,6 +261,53 @@ TEST_F(PipelineTest, MergedLorasComputeWhatTheirLiveBranchesCompute) {
   EXPECT_TRUE(at::allclose(got, expected, 1e-4, 1e-5));
 }
 
+// --base_model_precision: the transformer loaded quantised from the pipeline folder computes
+// what the plain load quantised in place computes; a LoRA is merged into each quantised layer's
+// dequantised weight and quantised again.
+TEST_F(PipelineTest, QuantizedTransformerLoadsAsThePlainOneQuantizedInPlace) {
+  TempDir dir;
+  const auto config = transformer_config();
+  write_peft_lora(dir / "a.safetensors", config, 5);
+  const std::vector<LoraSpec> specs = {{dir / "a.safetensors", 0.5}};
+  torch::manual_seed(1);
+  const at::Tensor x = torch::randn({1, 12, config.in_channels});
+  const at::Tensor text = torch::randn({1, 5, config.joint_attention_dim});
+  const at::Tensor pooled = torch::randn({1, config.pooled_projection_dim});
+  const at::Tensor t = torch::full({1}, 0.7), g = torch::full({1}, 3.5);
+  const at::Tensor img_ids = models::flux_image_ids(3, 4), txt_ids = models::flux_text_ids(5);
+  torch::NoGradGuard no_grad;
+  for (const char* name : {"int8-quanto", "nf4-bnb"}) {
+    const auto precision = models::parse_base_model_precision(name);
+    auto quantized = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU, {}, {}, precision);
+    auto plain = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU, {}, {});
+    EXPECT_GT(models::quantize_linear_layers(*plain, precision).size(), 10u);
+    EXPECT_TRUE(at::equal(quantized->forward(x, text, pooled, t, img_ids, txt_ids, g),
+                          plain->forward(x, text, pooled, t, img_ids, txt_ids, g)))
+        << name;
+
+    auto with_lora = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU,
+                                                 read_loras_for(specs, config), specs, precision);
+    // Reference: the quantised plain model with the LoRA merged by hand into each dequantised
+    // weight (float32), quantised again.
+    const auto lora = read_loras_for(specs, config);
+    for (const auto& item : plain->named_modules()) {
+      auto* linear = dynamic_cast<models::LinearImpl*>(item.value().get());
+      const auto it = lora[0].modules.find(item.key());
+      if (linear == nullptr || it == lora[0].modules.end()) continue;
+      const at::Tensor merged = linear->full_weight().to(at::kFloat) +
+                                at::matmul(it->second.up, it->second.down).to(at::kFloat) * (0.5 * it->second.scale);
+      if (linear->is_quantized()) {
+        linear->set_quantized_weight(models::quantize_weight(merged, precision.mode, precision.double_quantization));
+      } else {
+        linear->weight.copy_(merged);
+      }
+    }
+    EXPECT_TRUE(at::allclose(with_lora->forward(x, text, pooled, t, img_ids, txt_ids, g),
+                             plain->forward(x, text, pooled, t, img_ids, txt_ids, g), 1e-5, 1e-6))
+        << name;
+  }
+}
+
 TEST_F(PipelineTest, SchnellStyleSchedulerConfigSamples) {
   TempDir dir;
   fs::copy(folder(), dir / "schnell", fs::copy_options::recursive);

@@ -127,6 +127,12 @@ int run_sample(const std::vector<std::string>& args) {
                  "The VAE decodes in tiles when the width or height exceeds this many pixels (0: always)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
+  std::string base_model_precision = "no_change";
+  app.add_option("--base_model_precision", base_model_precision,
+                 "The transformer's base weights, SimpleTuner's names: no_change, int8-quanto / int8-torchao "
+                 "(int8, one scale per output channel), nf4-bnb (QLoRA NF4 with double quantisation); fp8-quanto "
+                 "/ fp8wo-torchao need LibTorch 2.1+. Quantised while loading; LoRAs are merged per layer")
+      ->capture_default_str();
   add_registry_option(app, "torch_num_threads", threads);
   if (auto code = parse_or_exit(app, args)) return *code;
   if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
@@ -148,6 +154,7 @@ int run_sample(const std::vector<std::string>& args) {
   options.device = parse_device(device_text);
   options.max_sequence_length = max_length;
   options.vae_tiling_above = tiling_above;
+  options.base_model_precision = models::parse_base_model_precision(base_model_precision);
   for (const auto& text : lora_texts) options.loras.push_back(sample::parse_lora_spec(text));
 
   std::vector<sample::SampleRequest> requests;
@@ -168,6 +175,7 @@ int run_sample(const std::vector<std::string>& args) {
         {"height", std::to_string(r.settings.height)},
         {"model", folder},
         {"loras", loras},
+        {"base_model_precision", base_model_precision},
         {"software", "remat"},
     };
   };

@@ -74,6 +74,11 @@ REMAT_API const std::array<float, 256>& dynamic_8bit_code();
 inline constexpr int64_t kNf4BlockSize = 64;
 inline constexpr int64_t kNf4ScaleBlockSize = 256;
 
+/// Elements the quantisers process per step: their float32 / index temporaries stay within a few
+/// chunks (well under 32 bytes per chunk element), so quantising a tensor streamed from a file
+/// never holds a full float32 copy of it.
+inline constexpr int64_t kQuantizeChunkElements = int64_t{1} << 14;
+
 /// A quantised (out, in) weight.
 struct REMAT_API QuantizedWeight {
   WeightQuantization mode = WeightQuantization::none;
@@ -141,6 +146,11 @@ REMAT_API std::vector<std::string> resolve_deferred_linears(torch::nn::Module& m
 /// is alive at a time: a randomly initialised quantised model. `generator`-free: uses the global
 /// generator like the constructors.
 REMAT_API void initialize_awaiting_linears(torch::nn::Module& module);
+
+/// The state-dict keys ("<module>.weight") of the Linears of `module` that wait for a weight to
+/// quantise (LinearImpl::awaits_weight), sorted. Loaders route such a module through
+/// models::load_state_dict_quantizing.
+REMAT_API std::vector<std::string> awaiting_weight_keys(torch::nn::Module& module);
 
 /// Quantises, in place, every remat::models::Linear of `module` whose qualified name passes
 /// is_quantized_linear_name (its full-precision weight is released layer by layer). Returns the

@@ -23,6 +23,7 @@
 #include <c10/core/Device.h>
 
 #include "remat/export.h"
+#include "remat/models/quantization.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora_formats.h"
 #include "remat/sample/sampler.h"
@@ -52,6 +53,10 @@ struct PipelineOptions {
   /// sample_size) when the picture's width or height exceeds this many pixels; below it the
   /// decode is whole, as diffusers' default. 0: always tiled.
   int64_t vae_tiling_above = 1024;
+  /// The transformer's base weights (SimpleTuner's base_model_precision, parsed by
+  /// models::parse_base_model_precision): quantised as they stream from the file, so the
+  /// full-precision transformer is never held (remat/models/quantized_loading.h).
+  models::BasePrecision base_model_precision;
 };
 
 /// One picture to make.
@@ -88,10 +93,13 @@ REMAT_API std::vector<models::LoraFile> read_loras_for(const std::vector<LoraSpe
 /// Builds the Flux transformer of a pipeline folder's transformer/ directory directly in `dtype`
 /// (no float32 copy of a bf16 model), loads its weights strictly (diffusers' or Black Forest
 /// Labs' layout), merges `loras` (with their specs' scales, in order) and moves it to `device`,
-/// in eval mode.
+/// in eval mode. With a quantising `precision` the block Linears are quantised while they load
+/// (never held in full precision) and a LoRA is merged into each one's dequantised weight, which
+/// is then quantised again.
 REMAT_API models::Flux load_transformer_with_loras(const std::string& transformer_dir, at::ScalarType dtype,
                                                    c10::Device device, const std::vector<models::LoraFile>& loras,
-                                                   const std::vector<LoraSpec>& specs);
+                                                   const std::vector<LoraSpec>& specs,
+                                                   const models::BasePrecision& precision = {});
 
 /// The whole text-to-image run (see the file comment). Returns the pictures, uint8 (H, W, 3), in
 /// request order (also handed to events.on_image as each is decoded).
