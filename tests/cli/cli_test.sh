@@ -130,7 +130,7 @@ if ((available_kib > 44 * 1024 * 1024)); then
 else
 start=$SECONDS
 expect_quick 2 "[memory] krea (11,901,408,320 parameters, 11,901,408,320 trainable) full training needs" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
-expect_quick 2 "available. These would fit: --model_flavour=flux-tiny" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
+expect_quick 2 "--model_flavour=flux-tiny (7.46 MiB)" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
 ((SECONDS - start < 60)) || { echo "FAIL: admission took $((SECONDS - start)) s"; failures=$((failures + 1)); }
 [[ ! -e "$work/dev/metrics.jsonl" ]] || { echo "FAIL: metrics.jsonl written before admission"; failures=$((failures + 1)); }
 expect_quick 2 "[memory] flux-dev" -- "$remat" init --model_family flux --model_flavour flux-dev --output "$work/x.safetensors"
