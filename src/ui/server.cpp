@@ -13,6 +13,8 @@
 
 #include "api.h"
 #include "embedded_files.h"
+#include "plan_figures.h"
+#include "runs.h"
 #include "remat/error.h"
 #include "security.h"
 
@@ -27,6 +29,9 @@ struct Server::Impl {
   int port = 0;
   httplib::Server http;
   detail::ApiContext context;
+  detail::PlanCache plans;
+  // Declared last: destroyed first, so runs are stopped before the rest goes.
+  std::unique_ptr<detail::RunManager> runs;
 };
 
 namespace {
@@ -84,6 +89,12 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->workspace = fs::canonical(root).string();
   impl_->context.workspace = impl_->workspace;
   if (!is_loopback_host(impl_->options.host)) impl_->token = detail::random_token();
+  std::string executable = impl_->options.remat_executable;
+  if (executable.empty()) executable = fs::read_symlink("/proc/self/exe", ec).string();
+  if (executable.empty()) throw_value_error("[ui] cannot find this program's executable (/proc/self/exe)");
+  impl_->runs = std::make_unique<detail::RunManager>(impl_->workspace, executable);
+  impl_->context.runs = impl_->runs.get();
+  impl_->context.plans = &impl_->plans;
 
   httplib::Server& http = impl_->http;
   http.set_payload_max_length(impl_->options.max_body_bytes);
@@ -137,9 +148,16 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
 
   add_asset_routes(http);
   detail::add_options_routes(http, impl_->context);
+  detail::add_validate_routes(http, impl_->context);
+  detail::add_plan_routes(http, impl_->context);
+  detail::add_config_routes(http, impl_->context);
+  detail::add_run_routes(http, impl_->context);
 }
 
-Server::~Server() { stop(); }
+Server::~Server() {
+  stop();
+  if (impl_->runs) impl_->runs->stop_all(120.0);
+}
 
 void Server::bind() {
   const std::string& host = impl_->options.host;
