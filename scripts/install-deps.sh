@@ -18,6 +18,7 @@ packages=(
   libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
+  chromium python3-websocket  # the real-browser test of `remat ui` (tests/ui/browser): headless, over DevTools
 )
 
 missing=()

@@ -374,21 +374,31 @@
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Help in the docs' languages (checkpointing options: docs/OPTIONS.<lang>.md).
-  function languageEntries(code) {
-    const lang = state.languages.find((l) => l.code === code);
-    return lang && lang.options ? lang.options : null;
+  // Help in the docs' languages. /api/options "languages": [{code, name, options: {<option>:
+  // {help, tooltip, items: [{label, text}]}}}]; English comes from the registry itself, the
+  // others from docs/OPTIONS.<code>.md (the checkpointing options).
+  function translatedEntry(spec) {
+    if (!spec.checkpointing || state.helpLanguage === 'en') return null;
+    const lang = state.languages.find((l) => l.code === state.helpLanguage);
+    return lang && lang.options ? lang.options[spec.name] || null : null;
   }
 
   function renderHelp(spec, node) {
     node.textContent = '';
-    const translated = spec.checkpointing && state.helpLanguage !== 'en' ? languageEntries(state.helpLanguage) : null;
-    const entry = translated ? translated[spec.name] : null;
     node.removeAttribute('lang');
+    const entry = translatedEntry(spec);
+    const tip = document.querySelector('#field-' + CSS.escape(spec.name) + ' .tip');
+    if (tip) tip.title = (entry && entry.tooltip) || spec.tooltip;
     if (entry) {
       node.setAttribute('lang', state.helpLanguage);
+      const items = Array.isArray(entry) ? entry : (entry.items || []);
+      if (!items.length) {
+        node.append(el('div', { class: 'description', html: inlineMarkdown(entry.help || '') }));
+        if (entry.tooltip) node.append(el('div', { class: 'meta tooltip-text', html: inlineMarkdown(entry.tooltip) }));
+        return;
+      }
       const dl = el('dl');
-      for (const b of entry) {
+      for (const b of items) {
         dl.append(el('dt', { html: inlineMarkdown(b.label || '') }));
         const dd = el('dd', { html: inlineMarkdown(b.text || '') });
         if (b.items && b.items.length) {
