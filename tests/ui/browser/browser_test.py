@@ -9,7 +9,8 @@ about files, on disk:
   3. interval 0 -> the server's error appears next to the field;
   4. interval 2 -> the predicted peak changes from the default layout's;
   5. the checkpointing help switches to Japanese (docs/OPTIONS.ja.md's text);
-  6. save -> <workspace>/configs/<name>/config.json holds exactly the values typed;
+  6. save -> <workspace>/configs/<name>/config.json holds exactly the values typed; loading it
+     back restores a field edited since;
   7. a 5-step run on tiny demo data -> progress reaches 5/5 and the loss chart holds 5 points
      (as many as the run's metrics.jsonl).
 
@@ -203,7 +204,7 @@ def run(args):
         typed = {
             "model_family": "flux", "model_flavour": "flux-tiny", "instance_data_dir": "data",
             "output_dir": "output/browser-test", "max_train_steps": "5", "train_batch_size": "2",
-            "mixed_precision": "no", "lora_rank": "2", "report_every": "1", "torch_num_threads": "1",
+            "mixed_precision": "no", "model_type": "lora", "lora_rank": "2", "report_every": "1", "torch_num_threads": "1",
             "checkpoint_step_interval": "5",
         }
         for name, value in typed.items():
@@ -229,6 +230,12 @@ def run(args):
                                f" typed {json.dumps(want, sort_keys=True)}")
         check.ok(f"saved {saved_path}: the {len(want)} values typed, nothing else")
         check.shot("saved")
+        # Loading it back undoes an unsaved edit.
+        b.type_into("#opt-gradient_checkpointing_interval", "3")
+        b.choose("#load-config", CONFIG_NAME)
+        b.wait_for(f"{field_value_js('gradient_checkpointing_interval')}.value === '2'",
+                   "loading the saved config to restore interval 2")
+        check.ok("loaded the saved config back: interval 2 again")
 
         # 7. A 5-step run: progress to the end, 5 points on the chart.
         b.click("#start-run")

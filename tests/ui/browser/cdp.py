@@ -149,6 +149,8 @@ class Chromium:
 
     def type_into(self, selector, text):
         """Clicks a text box, selects what it holds and types `text` over it."""
+        if self.evaluate(f"document.querySelector({json.dumps(selector)}).disabled"):
+            raise BrowserError(f"{selector} is disabled: a user could not type into it")
         self.click(selector)
         self.evaluate(f"document.querySelector({json.dumps(selector)}).select()")
         if text:
@@ -160,6 +162,8 @@ class Chromium:
     def choose(self, selector, value):
         """Picks an option of a <select> (what a user's pick fires: a change event)."""
         self._center(selector)
+        if self.evaluate(f"document.querySelector({json.dumps(selector)}).disabled"):
+            raise BrowserError(f"{selector} is disabled: a user could not pick from it")
         ok = self.evaluate(
             f"(() => {{ const s = document.querySelector({json.dumps(selector)});"
             f" if (![...s.options].some(o => o.value === {json.dumps(value)})) return false;"
