@@ -12,7 +12,7 @@ about files, on disk:
   6. save -> <workspace>/configs/<name>/config.json holds exactly the values typed; loading it
      back restores a field edited since;
   7. a 5-step run on tiny demo data -> progress reaches 5/5 and the loss chart holds 5 points
-     (as many as the run's metrics.jsonl).
+     (as many as the run's metrics.jsonl); the gallery shows the validation images it rendered.
 
 A screenshot of each state goes to the output folder. Any step that does not happen fails the
 test (exit 1) with a screenshot of the page as it was.
@@ -103,6 +103,16 @@ def japanese_help_snippet(source):
     raise BrowserError("docs/OPTIONS.ja.md has no gradient_checkpointing_interval description")
 
 
+def as_json_value(option_type, text):
+    """A value as typed -> as config.json should hold it: the registry's int and float options as
+    JSON numbers, everything else (choices, paths, sizes, resolutions) as the text typed."""
+    if option_type == "int":
+        return int(text)
+    if option_type == "float":
+        return int(text) if text.isdigit() else float(text)
+    return text
+
+
 def field_value_js(name):
     return f"document.getElementById('opt-{name}')"
 
@@ -115,10 +125,11 @@ def run(args):
     work = tempfile.mkdtemp(prefix="remat-ui-browser-")
     workspace = os.path.join(work, "workspace")
     os.makedirs(workspace)
-    # Tiny demo data: a latent cache for flux-tiny (as tests/cli does), inside the workspace.
-    subprocess.run([args.remat, "make-demo-data", "--output", os.path.join(workspace, "data"), "--samples", "4",
-                    "--size", "8", "--text_tokens", "8", "--joint_dim", "32", "--pooled_dim", "16"],
-                   check=True, stdout=subprocess.DEVNULL)
+    # The demo data, tiny: a Flux pipeline folder (flux-tiny) and captioned pictures, as `make demo`
+    # makes them, inside the workspace. The run caches them and renders validation images.
+    for command in (["make-demo-pipeline", "--output", os.path.join(workspace, "pipe")],
+                    ["make-demo-images", "--output", os.path.join(workspace, "pics"), "--count", "4", "--size", "32"]):
+        subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
     interval_error = cli_error_for_interval_0(args.remat)
     ja_snippet = japanese_help_snippet(args.source)
 
@@ -202,10 +213,13 @@ def run(args):
 
         # 6. The run's settings, typed as a user would; then save and compare config.json.
         typed = {
-            "model_family": "flux", "model_flavour": "flux-tiny", "instance_data_dir": "data",
-            "output_dir": "output/browser-test", "max_train_steps": "5", "train_batch_size": "2",
-            "mixed_precision": "no", "model_type": "lora", "lora_rank": "2", "report_every": "1", "torch_num_threads": "1",
-            "checkpoint_step_interval": "5",
+            "model_type": "lora", "lora_rank": "2", "pretrained_model_name_or_path": "pipe",
+            "instance_data_dir": "pics", "caption_strategy": "textfile", "cache_dir": "cache",
+            "resolution": "32", "resolution_type": "pixel", "output_dir": "output/browser-test",
+            "max_train_steps": "5", "train_batch_size": "1", "learning_rate": "0.001", "mixed_precision": "no",
+            "report_every": "1", "torch_num_threads": "1", "checkpoint_step_interval": "5",
+            "validation_prompt": "a red square", "validation_step_interval": "5", "validation_resolution": "32",
+            "validation_num_inference_steps": "4",
         }
         for name, value in typed.items():
             if b.evaluate(f"{field_value_js(name)}.tagName") == "SELECT":
@@ -224,7 +238,7 @@ def run(args):
             raise BrowserError("config.json is wrapped in {config: ...}; it must be SimpleTuner's flat form")
         want = {"gradient_checkpointing": True, "gradient_checkpointing_interval": 2}
         for name, value in typed.items():
-            want[name] = int(value) if value.isdigit() else value
+            want[name] = as_json_value(registry["$defs"][name]["x-remat"]["optionType"], value)
         if saved != want:
             raise BrowserError(f"saved config.json differs:\n saved {json.dumps(saved, sort_keys=True)}\n"
                                f" typed {json.dumps(want, sort_keys=True)}")
@@ -258,6 +272,17 @@ def run(args):
         if points != 5 or len(records) != 5:
             raise BrowserError(f"chart has {points} points, metrics.jsonl {len(records)} records; want 5 and 5")
         check.ok(f"run finished: progress {step}/{maximum}, chart {points} points = metrics.jsonl's {len(records)}")
+        # The validation gallery: every picture the run rendered, loaded.
+        pictures = sorted(n for n in os.listdir(os.path.join(os.path.dirname(metrics_path), "validation_images"))
+                          if n.endswith(".png"))
+        if not pictures:
+            raise BrowserError("the run rendered no validation images")
+        shown = b.wait_for(f"(() => {{ const imgs = [...document.querySelectorAll('#gallery img')];"
+                           f" return imgs.length === {len(pictures)} && imgs.every(i => i.complete && i.naturalWidth > 0)"
+                           f" ? imgs.map(i => i.alt).sort() : null; }})()", f"the {len(pictures)} validation images")
+        if shown != pictures:
+            raise BrowserError(f"the gallery shows {shown}, the run wrote {pictures}")
+        check.ok(f"validation gallery: {len(pictures)} pictures, as in validation_images/")
         check.shot("run-finished")
 
         if b.exceptions:
