@@ -12,7 +12,9 @@ about files, on disk:
   6. save -> <workspace>/configs/<name>/config.json holds exactly the values typed; loading it
      back restores a field edited since;
   7. a 5-step run on tiny demo data -> progress reaches 5/5 and the loss chart holds 5 points
-     (as many as the run's metrics.jsonl); the gallery shows the validation images it rendered.
+     (as many as the run's metrics.jsonl); the gallery shows the validation images it rendered;
+  8. bound off loopback, the page is refused without the token and works from the printed link,
+     which it removes from the address bar.
 
 A screenshot of each state goes to the output folder. Any step that does not happen fails the
 test (exit 1) with a screenshot of the page as it was.
@@ -30,6 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
+import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,22 +64,71 @@ class Check:
         print(f"ok: {text}", flush=True)
 
 
-def start_ui(remat, workspace, port, log_path):
+def start_ui(remat, workspace, port, log_path, host="127.0.0.1"):
+    """`remat ui` in the background, once it answers (with 401 when it wants a token)."""
     log = open(log_path, "w")
-    process = subprocess.Popen([remat, "ui", "--host", "127.0.0.1", "--port", str(port), "--workspace", workspace],
+    process = subprocess.Popen([remat, "ui", "--host", host, "--port", str(port), "--workspace", workspace],
                                stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30
     while time.time() < deadline:
         if process.poll() is not None:
             raise BrowserError(f"remat ui exited with {process.returncode}: {open(log_path).read()[-2000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/options", timeout=5) as r:
-                if r.status == 200:
-                    return process
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/options", timeout=5):
+                return process
+        except urllib.error.HTTPError as e:
+            if e.code == 401:
+                return process
+            time.sleep(0.2)
         except OSError:
             time.sleep(0.2)
     process.terminate()
     raise BrowserError("remat ui did not answer within 30 s")
+
+
+def stop_ui(process):
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def check_token_mode(b, check, remat, work, output):
+    """Bound off loopback, the server wants the token it prints: the page without it is refused;
+    the printed link opens the page, which drops the token from the address bar and keeps using it."""
+    workspace = os.path.join(work, "token-workspace")
+    os.makedirs(workspace)
+    port = free_port()
+    log_path = os.path.join(output, "remat-ui-token.log")
+    server = start_ui(remat, workspace, port, log_path, host="0.0.0.0")
+    try:
+        deadline = time.time() + 10
+        token = None
+        while token is None and time.time() < deadline:
+            for line in open(log_path):
+                if "?token=" in line:
+                    token = line.split("?token=", 1)[1].split()[0]
+            time.sleep(0.1)
+        if not token:
+            raise BrowserError(f"remat ui --host 0.0.0.0 printed no link with a token: {open(log_path).read()}")
+        b.navigate(f"http://127.0.0.1:{port}/")
+        refused = b.wait_for("document.readyState === 'complete' && document.body ? document.body.innerText : ''",
+                             "the page without the token")
+        if "token" not in refused or b.evaluate("document.getElementById('options-form') !== null"):
+            raise BrowserError(f"the page was served without the token: {refused[:200]!r}")
+        b.navigate(f"http://127.0.0.1:{port}/?token={token}")
+        b.wait_for("document.body && document.body.dataset.ready === 'true'", "the page to load with the token")
+        b.wait_for("document.getElementById('validation-summary').dataset.errors !== undefined",
+                   "a validation (POST) with the token")
+        address = b.evaluate("location.href")
+        if token in address:
+            raise BrowserError(f"the token stayed in the address bar: {address}")
+        check.ok(f"off loopback: refused without the token; the printed link works and leaves {address}")
+        check.shot("token")
+    finally:
+        stop_ui(server)
 
 
 def cli_error_for_interval_0(remat):
@@ -285,6 +337,9 @@ def run(args):
         check.ok(f"validation gallery: {len(pictures)} pictures, as in validation_images/")
         check.shot("run-finished")
 
+        # 8. Off loopback: the token.
+        check_token_mode(b, check, args.remat, work, args.output)
+
         if b.exceptions:
             raise BrowserError("uncaught JavaScript exceptions on the page: " + "; ".join(b.exceptions[:5]))
         print("PASS: every state reached; screenshots in", args.output)
@@ -302,12 +357,7 @@ def run(args):
     finally:
         if browser is not None:
             browser.close()
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_ui(server)
         shutil.rmtree(work, ignore_errors=True)
 
 
