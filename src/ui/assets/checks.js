@@ -10,47 +10,62 @@ export function buildPlanPanel() {
   const budget = el('input', { type: 'text', id: 'plan-budget', size: '10', placeholder: 'device free',
     title: 'Budget for auto, e.g. 20GiB, 512MiB (blank: gradient_checkpointing_memory_budget, else what the device has free)' });
   budget.addEventListener('input', () => schedulePlan());
+  const row = (label, id) => el('tr', {}, el('td', {}, ...label), el('td', { id: id + '-layout', text: '-' }),
+    el('td', { id: id + '-peak', text: '-' }), el('td', { id: id + '-factor', text: '-' }));
   return el('div', { class: 'plan', id: 'plan-panel' },
     el('h4', { text: 'Predicted memory and step time' }),
     el('table', {},
-      el('thead', {}, el('tr', {}, el('th', { text: '' }), el('th', { text: 'Layout' }), el('th', { text: 'Peak memory' }), el('th', { text: 'Step time', title: 'predicted step time relative to the same step without checkpointing' }))),
+      el('thead', {}, el('tr', {}, el('th', { text: '' }), el('th', { text: 'Layout' }), el('th', { text: 'Peak memory' }),
+        el('th', { text: 'Step time', title: 'predicted step time relative to the same step without checkpointing' }))),
       el('tbody', {},
-        el('tr', {}, el('td', { text: 'This config' }), el('td', { id: 'plan-layout', text: '-' }),
-          el('td', { id: 'plan-peak', text: '-' }), el('td', { id: 'plan-factor', text: '-' })),
-        el('tr', {}, el('td', {}, 'auto under ', budget), el('td', { id: 'plan-auto-layout', text: '-' }),
-          el('td', { id: 'plan-auto-peak', text: '-' }), el('td', { id: 'plan-auto-factor', text: '-' })))),
+        row(['No checkpointing'], 'plan-none'),
+        row(['This config'], 'plan'),
+        row(['auto under ', budget], 'plan-auto'))),
     el('div', { class: 'plan-error', id: 'plan-error' }),
     el('div', { class: 'basis', id: 'plan-basis' }));
 }
 
 function factorText(f) { return f === undefined ? '-' : Number(f).toFixed(2) + 'x'; }
 
+function setRow(id, layout, peak, factor) {
+  $(id + '-layout').textContent = layout || '-';
+  const cell = $(id + '-peak');
+  cell.textContent = peak === undefined ? '-' : formatBytes(peak);
+  cell.dataset.bytes = peak === undefined ? '' : String(peak);
+  $(id + '-factor').textContent = factorText(factor);
+}
+
+function clearPlan() {
+  for (const id of ['plan-none', 'plan', 'plan-auto']) setRow(id, undefined, undefined, undefined);
+}
+
+// /api/plan: {layout, predicted_peak_bytes, step_time_factor, no_checkpointing_peak_bytes,
+// profile_available, basis, auto: {layout, budget_bytes, fits, predicted_peak_bytes,
+// step_time_factor, min_possible_peak_bytes, explanation} or null without a profile}.
 function renderPlan(plan) {
-  const peak = firstDefined(plan, ['peak_bytes', 'predicted_peak_bytes']);
-  const factor = firstDefined(plan, ['step_time_factor']);
-  const peakCell = $('plan-peak');
-  peakCell.textContent = peak === undefined ? '-' : formatBytes(peak);
-  peakCell.dataset.bytes = peak === undefined ? '' : String(peak);
-  $('plan-layout').textContent = firstDefined(plan, ['layout']) || '-';
-  $('plan-factor').textContent = factorText(factor);
-  const auto = plan.auto || {};
-  if (auto.error) {
-    $('plan-auto-layout').textContent = auto.error;
-    $('plan-auto-peak').textContent = '-';
-    $('plan-auto-factor').textContent = '-';
+  const noneFactor = plan.no_checkpointing_peak_bytes === undefined ? undefined : 1;
+  setRow('plan-none', plan.no_checkpointing_peak_bytes === undefined ? undefined : 'keep every activation',
+    firstDefined(plan, ['no_checkpointing_peak_bytes']), noneFactor);
+  setRow('plan', firstDefined(plan, ['layout']), firstDefined(plan, ['predicted_peak_bytes', 'peak_bytes']),
+    firstDefined(plan, ['step_time_factor']));
+  const auto = plan.auto;
+  const autoLayout = $('plan-auto-layout');
+  if (!auto) {
+    setRow('plan-auto', 'needs a step profile (see below)', undefined, undefined);
   } else {
-    $('plan-auto-layout').textContent = firstDefined(auto, ['layout']) || '-';
-    const ap = firstDefined(auto, ['peak_bytes', 'predicted_peak_bytes']);
-    $('plan-auto-peak').textContent = ap === undefined ? '-' : formatBytes(ap);
-    $('plan-auto-factor').textContent = factorText(firstDefined(auto, ['step_time_factor']));
+    let layout = firstDefined(auto, ['layout']);
+    if (auto.fits === false) {
+      layout = 'nothing fits' + (auto.min_possible_peak_bytes !== undefined ? ': at least ' + formatBytes(auto.min_possible_peak_bytes) : '');
+    }
+    setRow('plan-auto', layout, firstDefined(auto, ['predicted_peak_bytes', 'peak_bytes']), firstDefined(auto, ['step_time_factor']));
+    autoLayout.title = auto.explanation || '';
+    const budgetInput = $('plan-budget');
+    if (auto.budget_bytes !== undefined && !budgetInput.value) budgetInput.placeholder = formatBytes(auto.budget_bytes);
   }
-  const budget = firstDefined(auto, ['budget_bytes']) ?? plan.budget_bytes;
-  const budgetInput = $('plan-budget');
-  if (budget !== undefined && budgetInput && !budgetInput.value) budgetInput.placeholder = formatBytes(budget);
   const basis = $('plan-basis');
-  const profiled = plan.profile_available === true || plan.profiled === true;
+  const profiled = plan.profile_available === true;
   basis.textContent = 'Basis: ' + (plan.basis || 'not stated') +
-    (profiled ? '' : (/profile/i.test(plan.basis || '') ? '' : ' (no profile of this model on this machine)'));
+    (profiled || /profile/i.test(plan.basis || '') ? '' : ' (no profile of this model is available)');
   basis.classList.toggle('no-profile', !profiled);
   $('plan-error').textContent = '';
 }
@@ -58,11 +73,17 @@ function renderPlan(plan) {
 async function refreshPlan() {
   if (!$('plan-panel')) return;
   const seq = ++state.planSeq;
+  const wanted = state.planWanted;
   const body = { config: state.config };
   const typed = $('plan-budget').value.trim();
+  const done = () => { if (wanted === state.planWanted) $('plan-panel').dataset.pending = 'false'; };
   if (typed) {
     const bytes = parseBytes(typed);
-    if (bytes === null) { $('plan-error').textContent = 'budget: "' + typed + '" is not a size such as 20GiB or 512MiB'; return; }
+    if (bytes === null) {
+      $('plan-error').textContent = 'budget: "' + typed + '" is not a size such as 20GiB or 512MiB';
+      done();
+      return;
+    }
     body.budget_bytes = bytes;
   }
   try {
@@ -72,10 +93,9 @@ async function refreshPlan() {
   } catch (e) {
     if (seq !== state.planSeq) return;
     $('plan-error').textContent = e.message;
-    $('plan-peak').textContent = '-';
-    $('plan-peak').dataset.bytes = '';
-    $('plan-factor').textContent = '-';
+    clearPlan();
   }
+  done();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -121,15 +141,33 @@ function renderValidation(result) {
 
 async function validate() {
   const seq = ++state.validationSeq;
+  const wanted = state.validationWanted;
   try {
     const result = await api('POST', '/api/validate', { config: state.config });
     if (seq !== state.validationSeq) return;  // a newer edit is being checked
     renderValidation(result || {});
   } catch (e) {
-    if (seq === state.validationSeq) setStatus('validation: ' + e.message, true);
+    if (seq !== state.validationSeq) return;
+    setStatus('validation: ' + e.message, true);
   }
+  if (wanted === state.validationWanted) $('validation-summary').dataset.pending = 'false';
 }
 
-const scheduleValidate = debounce(validate, 250);
-export const schedulePlan = debounce(refreshPlan, 250);
-export function scheduleChecks() { scheduleValidate(); schedulePlan(); }
+// Each edit schedules both checks; data-pending="true" on the summary and on the plan panel
+// until the answer for the latest edit is shown (what the browser test waits for).
+const debouncedValidate = debounce(validate, 250);
+const debouncedPlan = debounce(refreshPlan, 250);
+
+export function schedulePlan() {
+  state.planWanted++;
+  const panel = $('plan-panel');
+  if (panel) panel.dataset.pending = 'true';
+  debouncedPlan();
+}
+
+export function scheduleChecks() {
+  state.validationWanted++;
+  $('validation-summary').dataset.pending = 'true';
+  debouncedValidate();
+  schedulePlan();
+}

@@ -9,8 +9,10 @@ export const state = {
   languages: [],        // [{code, name, options?: {option: [{label, text, items}]}}]
   helpLanguage: 'en',
   config: {},           // the values the user set (what config.json will hold)
-  validationSeq: 0,
+  validationSeq: 0,     // requests sent
+  validationWanted: 0,  // edits made
   planSeq: 0,
+  planWanted: 0,
 };
 
 // A JSON-Schema definition of one option -> what the form shows.

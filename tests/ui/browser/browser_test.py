@@ -165,6 +165,12 @@ def as_json_value(option_type, text):
     return text
 
 
+# The page marks the validation summary and the plan panel data-pending="true" from an edit until
+# the answer for the latest edit is shown.
+VALIDATION_SETTLED = "document.getElementById('validation-summary').dataset.pending === 'false'"
+PLAN_SETTLED = "document.getElementById('plan-panel').dataset.pending === 'false'"
+
+
 def field_value_js(name):
     return f"document.getElementById('opt-{name}')"
 
@@ -211,6 +217,22 @@ def run(args):
         check.ok(f"page loaded: {n_fields} fields in {n_sections} sections, as the registry")
         check.shot("loaded")
 
+        # The run's model and data, typed as a user would (the planner's figures in steps 2-4 are
+        # for this model: flux-tiny, as the demo pipeline's transformer).
+        typed = {
+            "model_flavour": "flux-tiny", "model_type": "lora", "lora_rank": "2", "pretrained_model_name_or_path": "pipe",
+            "instance_data_dir": "pics", "caption_strategy": "textfile", "cache_dir": "cache",
+            "resolution": "32", "resolution_type": "pixel", "output_dir": "output/browser-test",
+            "max_train_steps": "5", "train_batch_size": "1", "learning_rate": "0.001", "mixed_precision": "no",
+            "report_every": "1", "torch_num_threads": "1", "checkpoint_step_interval": "5",
+            "validation_prompt": "a red square", "validation_step_interval": "5", "validation_resolution": "32",
+            "validation_num_inference_steps": "4",
+        }
+        for name, value in typed.items():
+            if b.evaluate(f"{field_value_js(name)}.tagName") == "SELECT":
+                b.choose(f"#opt-{name}", value)
+            else:
+                b.type_into(f"#opt-{name}", value)
         # 2. Gradient checkpointing off: the interval field is disabled, with the reason.
         b.click("#opt-gradient_checkpointing")
         b.wait_for(f"{field_value_js('gradient_checkpointing')}.checked === false", "the checkbox to clear")
@@ -228,8 +250,8 @@ def run(args):
         b.click("#opt-gradient_checkpointing")
         b.wait_for(f"{field_value_js('gradient_checkpointing_interval')}.disabled === false",
                    "the interval field to be enabled again")
-        peak_default = int(b.wait_for("document.getElementById('plan-peak').dataset.bytes",
-                                      "the predicted peak of the default layout"))
+        peak_default = int(b.wait_for(PLAN_SETTLED + " && document.getElementById('plan-peak').dataset.bytes",
+                                      "the predicted peak of the default layout", timeout=60))
 
         # 3. Interval 0: the server's error next to the field.
         b.type_into("#opt-gradient_checkpointing_interval", "0")
@@ -249,9 +271,11 @@ def run(args):
         b.type_into("#opt-gradient_checkpointing_interval", "2")
         b.wait_for("document.getElementById('msgs-gradient_checkpointing_interval').textContent === ''",
                    "the interval error to clear")
-        peak_2 = int(b.wait_for(f"(() => {{ const v = document.getElementById('plan-peak').dataset.bytes;"
-                                f" return v && Number(v) !== {peak_default} ? v : ''; }})()",
-                                f"the predicted peak to change from {peak_default} bytes"))
+        b.wait_for(PLAN_SETTLED, "the plan of interval 2", timeout=60)
+        peak_2 = int(b.evaluate("document.getElementById('plan-peak').dataset.bytes") or 0)
+        if not peak_2 or peak_2 == peak_default:
+            raise BrowserError(f"the predicted peak did not change: {peak_default} bytes (default layout) -> "
+                               f"{peak_2} (interval 2)")
         check.ok(f"interval 2 -> predicted peak {peak_default} -> {peak_2} bytes")
         check.shot("interval-2-peak", "#section-gradient-checkpointing")
 
@@ -263,24 +287,13 @@ def run(args):
         check.shot("help-japanese", "#section-gradient-checkpointing")
         b.choose("#help-language", "en")
 
-        # 6. The run's settings, typed as a user would; then save and compare config.json.
-        typed = {
-            "model_type": "lora", "lora_rank": "2", "pretrained_model_name_or_path": "pipe",
-            "instance_data_dir": "pics", "caption_strategy": "textfile", "cache_dir": "cache",
-            "resolution": "32", "resolution_type": "pixel", "output_dir": "output/browser-test",
-            "max_train_steps": "5", "train_batch_size": "1", "learning_rate": "0.001", "mixed_precision": "no",
-            "report_every": "1", "torch_num_threads": "1", "checkpoint_step_interval": "5",
-            "validation_prompt": "a red square", "validation_step_interval": "5", "validation_resolution": "32",
-            "validation_num_inference_steps": "4",
-        }
-        for name, value in typed.items():
-            if b.evaluate(f"{field_value_js(name)}.tagName") == "SELECT":
-                b.choose(f"#opt-{name}", value)
-            else:
-                b.type_into(f"#opt-{name}", value)
+        # 6. Save and compare config.json with what was typed.
         b.type_into("#config-name", CONFIG_NAME)
-        b.wait_for("document.getElementById('validation-summary').dataset.errors === '0'",
-                   "the config to validate without errors", timeout=30)
+        b.wait_for(VALIDATION_SETTLED, "the validation of the typed config", timeout=30)
+        errors = b.evaluate("document.getElementById('validation-summary').dataset.errors")
+        if errors != "0":
+            raise BrowserError(f"the typed config has {errors} errors: "
+                               + b.evaluate("[...document.querySelectorAll('.msg.error')].map(m => m.textContent).join('; ')"))
         b.click("#save-config")
         saved_path = os.path.join(workspace, "configs", CONFIG_NAME, "config.json")
         b.wait_for("document.getElementById('status').textContent.startsWith('saved')", "the save to finish")
