@@ -16,7 +16,7 @@ export const token = (function () {
 })();
 
 export class ApiError extends Error {
-  constructor(status, message) { super(message); this.status = status; }
+  constructor(status, message, data) { super(message); this.status = status; this.data = data; }
 }
 
 export function authHeaders(method) {
@@ -34,6 +34,6 @@ export async function api(method, path, body) {
   const text = await res.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = { error: text }; }
-  if (!res.ok) throw new ApiError(res.status, (data && data.error) || res.status + ' ' + res.statusText);
+  if (!res.ok) throw new ApiError(res.status, (data && data.error) || res.status + ' ' + res.statusText, data);
   return data;
 }

@@ -2,18 +2,25 @@
 // are embedded in the binary as written). Everything the form knows comes from /api/options (the
 // options registry); every check of a value is the server's (/api/validate runs the CLI's
 // validation), so the page never disagrees with `remat train`.
-import { api } from './api.js';
+import { api, ApiError } from './api.js';
 import { $, setStatus } from './dom.js';
 import { loadRegistry } from './registry.js';
 import { buildForm } from './form.js';
-import { scheduleChecks } from './checks.js';
+import { scheduleChecks, renderValidation } from './checks.js';
 import { saveConfig, refreshConfigList, loadConfig } from './configs.js';
 import { refreshRunList, selectRun, stopRun } from './runs.js';
 
 
 async function startRun() {
   const name = await saveConfig();
-  const started = await api('POST', '/api/runs', { config_name: name });
+  let started;
+  try {
+    started = await api('POST', '/api/runs', { config_name: name });
+  } catch (e) {
+    // A config with errors is not started: its errors go next to their fields.
+    if (e instanceof ApiError && e.data && Array.isArray(e.data.errors)) renderValidation({ errors: e.data.errors, warnings: [] });
+    throw e;
+  }
   setStatus('started run ' + started.id);
   showView('runs');
   await refreshRunList(started.id);

@@ -103,7 +103,7 @@ async function refreshPlan() {
 function messageText(m) { return typeof m === 'string' ? m : (m.message || JSON.stringify(m)); }
 function messageOption(m) { return typeof m === 'string' ? null : (m.option ? canonicalName(m.option) || m.option : null); }
 
-function renderValidation(result) {
+export function renderValidation(result) {
   for (const node of document.querySelectorAll('.field .msgs')) node.textContent = '';
   for (const f of document.querySelectorAll('.field.has-error')) f.classList.remove('has-error');
   const general = $('general-messages');

@@ -81,6 +81,7 @@ function renderRun(info) {
   $('run-eta').textContent = info.state === 'running' ? formatSeconds(info.eta_seconds) : '-';
   $('run-peak').textContent = formatBytes(info.peak_bytes);
   $('run-output').textContent = info.output_dir || '-';
+  $('run-checkpoints').textContent = Array.isArray(info.checkpoints) && info.checkpoints.length ? info.checkpoints.join(', ') : '-';
   const bar = $('run-progress');
   bar.max = max || 1;
   bar.value = Math.min(step, max || step);
