@@ -19,6 +19,8 @@ packages=(
   libcpp-httplib-dev      # cpp-httplib: the HTTP server of `remat ui`
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
+  chromium python3-websocket  # the real-browser test of `remat ui` (tests/ui/browser): headless, over DevTools
+  fonts-ipafont-gothic fonts-lohit-deva  # CJK and Devanagari glyphs: the UI's translated help, readable in screenshots
 )
 
 missing=()
