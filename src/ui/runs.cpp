@@ -37,6 +37,10 @@ namespace {
   sigaction(SIGINT, &dfl, nullptr);
   sigaction(SIGTERM, &dfl, nullptr);
   sigaction(SIGPIPE, &dfl, nullptr);
+  // Its own process group: a Ctrl-C at the terminal of `remat ui` must not reach the run too, or
+  // the SIGINT the server then forwards would be the trainer's second one, which aborts the
+  // checkpoint instead of waiting for it.
+  setpgid(0, 0);
   if (chdir(workspace) != 0) _exit(126);
   dup2(null_fd, 0);
   dup2(log_fd, 1);

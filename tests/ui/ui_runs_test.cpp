@@ -134,6 +134,23 @@ TEST(UiRunsTest, ARunIsStartedStreamedAndStoppedWithItsCheckpointSaved) {
     EXPECT_EQ(r->body.find("secret"), std::string::npos) << path;
   }
   EXPECT_EQ(c.Get("/api/runs/nope")->status, 404);
+
+  // A run that reaches its last step: finished, exit code 0, one metrics record per step.
+  json short_config = config;
+  short_config["max_train_steps"] = 3;
+  short_config["output_dir"] = "out/short";
+  ASSERT_EQ(c.Put("/api/configs/short", kUiHeader, json{{"config", short_config}}.dump(), "application/json")->status,
+            200);
+  auto short_run = c.Post("/api/runs", kUiHeader, R"({"config_name": "short"})", "application/json");
+  ASSERT_EQ(short_run->status, 201) << short_run->body;
+  const std::string short_base = "/api/runs/" + body_json(short_run)["id"].get<std::string>();
+  const json done = wait_for(c, short_base, [](const json& s) { return s["state"] != "running"; });
+  EXPECT_EQ(done["state"], "finished") << done.dump();
+  EXPECT_EQ(done["exit_code"], 0);
+  EXPECT_EQ(done["step"], 3);
+  EXPECT_EQ(done["max_steps"], 3);
+  EXPECT_EQ(body_json(c.Get(short_base + "/metrics?from=0"))["records"].size(), 3u);
+  EXPECT_EQ(body_json(c.Get("/api/runs")).size(), 2u);
   EXPECT_FALSE(body_json(c.Post(base + "/stop", kUiHeader, "", "application/json"))["stop_sent"].get<bool>());
 }
 

@@ -1,8 +1,11 @@
 // `remat ui [--host 127.0.0.1] [--port 8080] [--workspace DIR]`: the web page to configure,
 // check, start and watch training runs (remat/ui/server.h, docs/UI.md). Ctrl-C or SIGTERM stops
 // the server; runs it started are stopped with SIGINT first, so each saves a checkpoint.
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <iostream>
 #include <thread>
@@ -13,6 +16,13 @@
 
 namespace remat::cli {
 namespace {
+
+int g_stop_pipe = -1;
+
+extern "C" void on_ui_stop_signal(int) {
+  const char byte = 's';
+  (void)!write(g_stop_pipe, &byte, 1);
+}
 
 int run_ui(const std::vector<std::string>& args) {
   ui::ServerOptions options;
@@ -27,14 +37,6 @@ int run_ui(const std::vector<std::string>& args) {
       ->capture_default_str();
   if (auto code = parse_or_exit(app, args)) return *code;
 
-  // Signals go to one waiting thread (blocked everywhere else, inherited by the server's
-  // threads), which stops the server outside a signal handler.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
   ui::Server server(options);
   server.bind();  // a busy port: c10::ValueError, exit 2
   std::cout << "remat ui: serving workspace " << server.workspace() << "\n"
@@ -45,16 +47,33 @@ int run_ui(const std::vector<std::string>& args) {
                  "an SSH tunnel (docs/UI.md).\n";
   }
   std::cout.flush();
-  std::thread waiter([&server, stop_signals] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
-    std::cerr << "\nremat ui: stopping (runs still going get SIGINT and save a checkpoint)\n";
+
+  // SIGINT / SIGTERM reach whichever thread does not block them (LibTorch's and OpenMP's threads
+  // exist before this point), and may have been ignored by a shell starting us in the
+  // background: a handler writing to a pipe catches them all; a thread reads the pipe and stops
+  // the server outside the handler.
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("remat ui: cannot create a pipe");
+  g_stop_pipe = pipe_fds[1];
+  struct sigaction action {};
+  action.sa_handler = on_ui_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  std::thread waiter([&server, read_fd = pipe_fds[0]] {
+    char byte = 0;
+    while (read(read_fd, &byte, 1) < 0 && errno == EINTR) {
+    }
+    if (byte == 's') std::cerr << "\nremat ui: stopping (runs still going get SIGINT and save a checkpoint)\n";
     server.stop();
   });
   server.listen();
   // listen() returned without a signal (an error): wake the waiter so it can be joined.
-  pthread_kill(waiter.native_handle(), SIGTERM);
+  const char wake = 'w';
+  (void)!write(pipe_fds[1], &wake, 1);
   waiter.join();
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   return 0;
 }
 
