@@ -39,6 +39,9 @@ int run_ui(const std::vector<std::string>& args) {
 
   ui::Server server(options);
   server.bind();  // a busy port: c10::ValueError, exit 2
+  // Relative paths in configs mean the same to validation and the planner here as to the runs,
+  // which start in the workspace.
+  if (chdir(server.workspace().c_str()) != 0) throw std::runtime_error("remat ui: cannot enter the workspace");
   std::cout << "remat ui: serving workspace " << server.workspace() << "\n"
             << "remat ui: open " << server.url() << "\n";
   if (!server.token().empty()) {
