@@ -155,6 +155,17 @@ def japanese_help_snippet(source):
     raise BrowserError("docs/OPTIONS.ja.md has no gradient_checkpointing_interval description")
 
 
+def japanese_choice_label(source):
+    """docs/OPTIONS.ja.md's label of gradient_checkpointing_backend's choice `torch`."""
+    with open(os.path.join(source, "docs", "OPTIONS.ja.md"), encoding="utf-8") as f:
+        text = f.read()
+    entry = text.split("### `--gradient_checkpointing_backend`", 1)[1].split("\n### ", 1)[0]
+    for line in entry.splitlines():
+        if line.startswith("  - `torch`:"):
+            return line.split(":", 1)[1].strip()
+    raise BrowserError("docs/OPTIONS.ja.md has no label for gradient_checkpointing_backend's torch")
+
+
 def as_json_value(option_type, text):
     """A value as typed -> as config.json should hold it: the registry's int and float options as
     JSON numbers, everything else (choices, paths, sizes, resolutions) as the text typed."""
@@ -190,6 +201,7 @@ def run(args):
         subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
     interval_error = cli_error_for_interval_0(args.remat)
     ja_snippet = japanese_help_snippet(args.source)
+    ja_label = japanese_choice_label(args.source)
 
     port = free_port()
     server = start_ui(args.remat, workspace, port, os.path.join(args.output, "remat-ui.log"))
@@ -283,7 +295,9 @@ def run(args):
         b.choose("#help-language", "ja")
         b.wait_for(f"document.querySelector('[data-help-for=gradient_checkpointing_interval]').textContent"
                    f".includes({json.dumps(ja_snippet)})", "the interval's help in Japanese")
-        check.ok(f"help in Japanese: ...{ja_snippet}...")
+        b.wait_for(f"document.querySelector('[data-help-for=gradient_checkpointing_backend]').textContent"
+                   f".includes({json.dumps(ja_label)})", "the backend's choice labels in Japanese")
+        check.ok(f"help in Japanese: ...{ja_snippet}..., torch: {ja_label}")
         check.shot("help-japanese", "#section-gradient-checkpointing")
         b.choose("#help-language", "en")
 
