@@ -13,7 +13,8 @@ about files, on disk:
      back restores a field edited since;
   7. a 5-step run on tiny demo data -> progress reaches 5/5 and the loss chart holds 5 points
      (as many as the run's metrics.jsonl); the gallery shows the validation images it rendered;
-  8. bound off loopback, the page is refused without the token and works from the printed link,
+  8. a long run stopped with the page's Stop button ends "stopped" with its checkpoint saved;
+  9. bound off loopback, the page is refused without the token and works from the printed link,
      which it removes from the address bar.
 
 A screenshot of each state goes to the output folder. Any step that does not happen fails the
@@ -364,7 +365,32 @@ def run(args):
         check.ok(f"validation gallery: {len(pictures)} pictures, as in validation_images/")
         check.shot("run-finished")
 
-        # 8. Off loopback: the token.
+        # 8. A long run stopped from the page: SIGINT, and its checkpoint is saved.
+        b.click("#tab-configure")
+        b.type_into("#config-name", CONFIG_NAME + "-stop")
+        b.type_into("#opt-max_train_steps", "100000")
+        b.type_into("#opt-output_dir", "output/browser-stop")
+        b.type_into("#opt-validation_prompt", "")
+        b.wait_for(VALIDATION_SETTLED + " && document.getElementById('validation-summary').dataset.errors === '0'",
+                   "the long run's config to validate", timeout=30)
+        b.click("#start-run")
+        b.wait_for("document.getElementById('run-output').textContent.endsWith('browser-stop')"
+                   " && Number(document.getElementById('run-step').dataset.step) >= 2", "the long run's second step",
+                   timeout=120)
+        b.click("#stop-run")
+        state = b.wait_for("(() => { const s = document.getElementById('run-state').dataset.state;"
+                           " return s && s !== 'running' ? s : ''; })()", "the stopped run to end", timeout=120)
+        stopped_at = int(b.evaluate("document.getElementById('run-step').dataset.step"))
+        shown = b.evaluate("document.getElementById('run-checkpoints').textContent")
+        stop_dir = os.path.join(workspace, "output", "browser-stop")
+        on_disk = sorted(n for n in os.listdir(stop_dir) if n.startswith("checkpoint-"))
+        if state != "stopped" or f"checkpoint-{stopped_at}" not in on_disk or f"checkpoint-{stopped_at}" not in shown:
+            raise BrowserError(f"stop: state {state}, step {stopped_at}, page shows checkpoints {shown!r}, "
+                               f"disk has {on_disk}")
+        check.ok(f"stopped at step {stopped_at}: state {state}, checkpoint-{stopped_at} saved and shown")
+        check.shot("run-stopped")
+
+        # 9. Off loopback: the token.
         check_token_mode(b, check, args.remat, work, args.output)
 
         if b.exceptions:
