@@ -10,7 +10,7 @@ about files, on disk:
   4. interval 2 -> the predicted peak changes from the default layout's;
   5. the checkpointing help switches to Japanese (docs/OPTIONS.ja.md's text);
   6. save -> <workspace>/configs/<name>/config.json holds exactly the values typed; loading it
-     back restores a field edited since;
+     back restores a field edited since; the datasets box is saved as multidatabackend.json;
   7. a 5-step run on tiny demo data -> progress reaches 5/5 and the loss chart holds 5 points
      (as many as the run's metrics.jsonl); the gallery shows the validation images it rendered;
   8. a long run stopped with the page's Stop button ends "stopped" with its checkpoint saved;
@@ -330,6 +330,25 @@ def run(args):
         b.wait_for(f"{field_value_js('gradient_checkpointing_interval')}.value === '2'",
                    "loading the saved config to restore interval 2")
         check.ok("loaded the saved config back: interval 2 again")
+        # The datasets box: saved as multidatabackend.json beside config.json, which points at it.
+        datasets = [{"id": "pics", "type": "local", "instance_data_dir": "pics", "caption_strategy": "textfile"}]
+        b.click("#datasets summary")
+        b.type_into("#config-name", CONFIG_NAME + "-datasets")
+        b.type_into("#multidatabackend", json.dumps(datasets))
+        b.click("#save-config")
+        b.wait_for("document.getElementById('status').textContent.startsWith('saved')", "the save with datasets")
+        folder = os.path.join(workspace, "configs", CONFIG_NAME + "-datasets")
+        with open(os.path.join(folder, "multidatabackend.json")) as f:
+            saved_datasets = json.load(f)
+        with open(os.path.join(folder, "config.json")) as f:
+            pointer = json.load(f).get("data_backend_config")
+        if saved_datasets != datasets or pointer != f"configs/{CONFIG_NAME}-datasets/multidatabackend.json":
+            raise BrowserError(f"datasets saved as {saved_datasets}, data_backend_config {pointer!r}")
+        b.choose("#load-config", CONFIG_NAME)
+        b.wait_for("document.getElementById('multidatabackend').value === ''"
+                   f" && document.getElementById('config-name').value === {json.dumps(CONFIG_NAME)}",
+                   "loading the config without datasets")
+        check.ok("datasets box saved as multidatabackend.json, config.json's data_backend_config points at it")
 
         # 7. A 5-step run: progress to the end, 5 points on the chart.
         b.click("#start-run")
