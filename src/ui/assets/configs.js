@@ -5,8 +5,7 @@ import { state, canonicalName } from './registry.js';
 import { syncControls } from './form.js';
 import { scheduleChecks } from './checks.js';
 
-// ---------------------------------------------------------------------------------------------
-// Configs in the workspace.
+// The name a config is saved under: what the server accepts, checked before sending.
 export function configName() {
   const name = $('config-name').value.trim();
   if (!/^[A-Za-z0-9_.-]+$/.test(name) || name.includes('..')) {

@@ -4,8 +4,6 @@ import { api, authHeaders } from './api.js';
 import { $, el, formatBytes, formatSeconds, setStatus, firstDefined } from './dom.js';
 import { drawChart } from './chart.js';
 
-// ---------------------------------------------------------------------------------------------
-// Runs.
 export const run = { id: null, timer: null, metricsFrom: 0, logFrom: 0, points: [], log: [], galleryShown: '' };
 
 export function runLabel(r) { return r.id + ' (' + (r.config_name || r.state || '') + (r.config_name && r.state ? ', ' + r.state : '') + ')'; }
