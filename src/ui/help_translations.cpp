@@ -26,7 +26,8 @@ std::string trim(const std::string& s) {
 }
 
 // One translated file: "### `--name`" headings, each followed by "- **Label**: text" lines (the
-// colon may be the full-width one). Every translation lists Type, Default, What, Note first, in
+// colon may be the full-width one), a line's indented "  - " sub-lines (the choices' labels) as
+// its "items". Every translation lists Type, Default, What, Note first, in
 // that order, as docs/OPTIONS.md does (tests/train/docs_test.cpp checks the files' structure).
 nlohmann::json parse_translation(std::string_view markdown) {
   nlohmann::json options = nlohmann::json::object();
@@ -38,6 +39,13 @@ nlohmann::json parse_translation(std::string_view markdown) {
       const size_t end = line.find('`', 7);
       current = end == std::string::npos ? "" : line.substr(7, end - 7);
       if (!current.empty()) options[current] = {{"items", nlohmann::json::array()}};
+      continue;
+    }
+    // "  - `torch`: label" under a "- **Choices**:" line: the labels of the choices, kept with it.
+    if (!current.empty() && line.rfind("  - ", 0) == 0 && !options[current]["items"].empty()) {
+      auto& last = options[current]["items"].back();
+      if (!last.contains("items")) last["items"] = nlohmann::json::array();
+      last["items"].push_back(trim(line.substr(4)));
       continue;
     }
     if (current.empty() || line.rfind("- **", 0) != 0) continue;

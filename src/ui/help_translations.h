@@ -8,7 +8,7 @@
 namespace remat::ui::detail {
 
 /// [{"code": "en", "name": "English", "options": {"<option>": {"title", "help", "tooltip",
-///   "items": [{"label", "text"}]}}}, {"code": "zh", ...}, ...]: each checkpointing option's
+///   "items": [{"label", "text", "items"?: [sub-line, ...]}]}}}, {"code": "zh", ...}, ...]: each checkpointing option's
 /// heading, its "What" and "Note" lines (help, tooltip) and every line of its entry.
 nlohmann::json help_translations();
 

@@ -1,7 +1,7 @@
-// Talking to the server: the access token (off-loopback) and the header a cross-site form cannot send.
+// Talking to the server: the access token (off-loopback) and the header a cross-site form
+// cannot send.
 
-// ---------------------------------------------------------------------------------------------
-// API access. Off-loopback the server wants a token: the first load carries it as ?token=, the
+// Off-loopback the server wants a token: the first load carries it as ?token=, the
 // page keeps it for this tab and drops it from the address bar (it would end up in history).
 export const token = (function () {
   const params = new URLSearchParams(location.search);

@@ -1,6 +1,5 @@
-// The loss chart: loss against step as an SVG, drawn from metrics.jsonl's records.
-
-// Loss against step, as an SVG drawn from metrics.jsonl's records.
+// The loss chart: loss against step as an SVG, drawn from metrics.jsonl's records (one point
+// per step; the browser test counts the circles).
 export function drawChart(box, pts) {
   const W = 720, H = 240, L = 56, R = 12, T = 12, B = 28;
   const svgNS = 'http://www.w3.org/2000/svg';

@@ -5,8 +5,7 @@ import { state, canonicalName } from './registry.js';
 import { syncControls } from './form.js';
 import { scheduleChecks } from './checks.js';
 
-// ---------------------------------------------------------------------------------------------
-// Configs in the workspace.
+// The name a config is saved under: what the server accepts, checked before sending.
 export function configName() {
   const name = $('config-name').value.trim();
   if (!/^[A-Za-z0-9_.-]+$/.test(name) || name.includes('..')) {
@@ -27,10 +26,33 @@ export async function refreshConfigList() {
   }
 }
 
+// The datasets box: SimpleTuner's multidatabackend.json as text. Blank: the config's own
+// data_backend_config / instance_data_dir are used and no multidatabackend.json is written.
+function datasetsFromBox() {
+  const text = $('multidatabackend').value.trim();
+  const message = $('multidatabackend-error');
+  message.textContent = '';
+  if (!text) return undefined;
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    value = null;
+  }
+  if (!Array.isArray(value)) {
+    message.textContent = 'multidatabackend.json must be a JSON array of dataset objects';
+    throw new Error('datasets: ' + message.textContent);
+  }
+  return value;
+}
+
 export async function saveConfig() {
   const name = configName();
-  await api('PUT', '/api/configs/' + encodeURIComponent(name), { config: state.config });
-  setStatus('saved configs/' + name + '/config.json');
+  const body = { config: state.config };
+  const datasets = datasetsFromBox();
+  if (datasets !== undefined) body.multidatabackend = datasets;
+  await api('PUT', '/api/configs/' + encodeURIComponent(name), body);
+  setStatus('saved configs/' + name + '/config.json' + (datasets !== undefined ? ' and multidatabackend.json' : ''));
   await refreshConfigList();
   return name;
 }
@@ -42,6 +64,8 @@ export async function loadConfig(name) {
   // registry does not know are kept as they are (the server's validation names them).
   for (const [k, v] of Object.entries((data && data.config) || {})) config[canonicalName(k) || k] = v;
   state.config = config;
+  $('multidatabackend').value = Array.isArray(data && data.multidatabackend) ? JSON.stringify(data.multidatabackend, null, 2) : '';
+  $('multidatabackend-error').textContent = '';
   $('config-name').value = name;
   syncControls();
   scheduleChecks();

@@ -1,7 +1,5 @@
 // Small helpers of the page: building elements, escaping, formatting sizes and durations.
 
-// ---------------------------------------------------------------------------------------------
-// Small helpers.
 export const $ = (id) => document.getElementById(id);
 
 export function el(tag, attrs, ...children) {

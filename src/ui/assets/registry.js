@@ -1,12 +1,10 @@
 // The options registry (/api/options) as the form needs it, and the config being edited.
 
-// ---------------------------------------------------------------------------------------------
-// The registry, as the form needs it.
 export const state = {
   specs: [],            // one per option, registry order within its section
   byName: new Map(),    // option name and its aliases -> spec
   sections: [],
-  languages: [],        // [{code, name, options?: {option: [{label, text, items}]}}]
+  languages: [],        // [{code, name, options: {option: {help, tooltip, items}}}]
   helpLanguage: 'en',
   config: {},           // the values the user set (what config.json will hold)
   validationSeq: 0,     // requests sent

@@ -4,8 +4,6 @@ import { api, authHeaders } from './api.js';
 import { $, el, formatBytes, formatSeconds, setStatus, firstDefined } from './dom.js';
 import { drawChart } from './chart.js';
 
-// ---------------------------------------------------------------------------------------------
-// Runs.
 export const run = { id: null, timer: null, metricsFrom: 0, logFrom: 0, points: [], log: [], galleryShown: '' };
 
 export function runLabel(r) { return r.id + ' (' + (r.config_name || r.state || '') + (r.config_name && r.state ? ', ' + r.state : '') + ')'; }
@@ -83,8 +81,15 @@ function renderRun(info) {
   $('run-output').textContent = info.output_dir || '-';
   $('run-checkpoints').textContent = Array.isArray(info.checkpoints) && info.checkpoints.length ? info.checkpoints.join(', ') : '-';
   const bar = $('run-progress');
-  bar.max = max || 1;
-  bar.value = Math.min(step, max || step);
+  if (max > 0) {
+    bar.max = max;
+    bar.value = Math.min(step, max);
+  } else if (info.state === 'running') {
+    bar.removeAttribute('value');  // epochs without max_train_steps: no known end, an indeterminate bar
+  } else {
+    bar.max = 1;
+    bar.value = info.state === 'finished' ? 1 : 0;
+  }
   $('stop-run').disabled = info.state !== 'running';
   const option = [...$('run-select').options].find((o) => o.value === String(info.id));
   if (option) option.textContent = runLabel(info);

@@ -10,10 +10,11 @@ about files, on disk:
   4. interval 2 -> the predicted peak changes from the default layout's;
   5. the checkpointing help switches to Japanese (docs/OPTIONS.ja.md's text);
   6. save -> <workspace>/configs/<name>/config.json holds exactly the values typed; loading it
-     back restores a field edited since;
+     back restores a field edited since; the datasets box is saved as multidatabackend.json;
   7. a 5-step run on tiny demo data -> progress reaches 5/5 and the loss chart holds 5 points
      (as many as the run's metrics.jsonl); the gallery shows the validation images it rendered;
-  8. bound off loopback, the page is refused without the token and works from the printed link,
+  8. a long run stopped with the page's Stop button ends "stopped" with its checkpoint saved;
+  9. bound off loopback, the page is refused without the token and works from the printed link,
      which it removes from the address bar.
 
 A screenshot of each state goes to the output folder. Any step that does not happen fails the
@@ -155,6 +156,17 @@ def japanese_help_snippet(source):
     raise BrowserError("docs/OPTIONS.ja.md has no gradient_checkpointing_interval description")
 
 
+def japanese_choice_label(source):
+    """docs/OPTIONS.ja.md's label of gradient_checkpointing_backend's choice `torch`."""
+    with open(os.path.join(source, "docs", "OPTIONS.ja.md"), encoding="utf-8") as f:
+        text = f.read()
+    entry = text.split("### `--gradient_checkpointing_backend`", 1)[1].split("\n### ", 1)[0]
+    for line in entry.splitlines():
+        if line.startswith("  - `torch`:"):
+            return line.split(":", 1)[1].strip()
+    raise BrowserError("docs/OPTIONS.ja.md has no label for gradient_checkpointing_backend's torch")
+
+
 def as_json_value(option_type, text):
     """A value as typed -> as config.json should hold it: the registry's int and float options as
     JSON numbers, everything else (choices, paths, sizes, resolutions) as the text typed."""
@@ -190,6 +202,7 @@ def run(args):
         subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
     interval_error = cli_error_for_interval_0(args.remat)
     ja_snippet = japanese_help_snippet(args.source)
+    ja_label = japanese_choice_label(args.source)
 
     port = free_port()
     server = start_ui(args.remat, workspace, port, os.path.join(args.output, "remat-ui.log"))
@@ -283,7 +296,9 @@ def run(args):
         b.choose("#help-language", "ja")
         b.wait_for(f"document.querySelector('[data-help-for=gradient_checkpointing_interval]').textContent"
                    f".includes({json.dumps(ja_snippet)})", "the interval's help in Japanese")
-        check.ok(f"help in Japanese: ...{ja_snippet}...")
+        b.wait_for(f"document.querySelector('[data-help-for=gradient_checkpointing_backend]').textContent"
+                   f".includes({json.dumps(ja_label)})", "the backend's choice labels in Japanese")
+        check.ok(f"help in Japanese: ...{ja_snippet}..., torch: {ja_label}")
         check.shot("help-japanese", "#section-gradient-checkpointing")
         b.choose("#help-language", "en")
 
@@ -315,6 +330,25 @@ def run(args):
         b.wait_for(f"{field_value_js('gradient_checkpointing_interval')}.value === '2'",
                    "loading the saved config to restore interval 2")
         check.ok("loaded the saved config back: interval 2 again")
+        # The datasets box: saved as multidatabackend.json beside config.json, which points at it.
+        datasets = [{"id": "pics", "type": "local", "instance_data_dir": "pics", "caption_strategy": "textfile"}]
+        b.click("#datasets summary")
+        b.type_into("#config-name", CONFIG_NAME + "-datasets")
+        b.type_into("#multidatabackend", json.dumps(datasets))
+        b.click("#save-config")
+        b.wait_for("document.getElementById('status').textContent.startsWith('saved')", "the save with datasets")
+        folder = os.path.join(workspace, "configs", CONFIG_NAME + "-datasets")
+        with open(os.path.join(folder, "multidatabackend.json")) as f:
+            saved_datasets = json.load(f)
+        with open(os.path.join(folder, "config.json")) as f:
+            pointer = json.load(f).get("data_backend_config")
+        if saved_datasets != datasets or pointer != f"configs/{CONFIG_NAME}-datasets/multidatabackend.json":
+            raise BrowserError(f"datasets saved as {saved_datasets}, data_backend_config {pointer!r}")
+        b.choose("#load-config", CONFIG_NAME)
+        b.wait_for("document.getElementById('multidatabackend').value === ''"
+                   f" && document.getElementById('config-name').value === {json.dumps(CONFIG_NAME)}",
+                   "loading the config without datasets")
+        check.ok("datasets box saved as multidatabackend.json, config.json's data_backend_config points at it")
 
         # 7. A 5-step run: progress to the end, 5 points on the chart.
         b.click("#start-run")
@@ -350,7 +384,32 @@ def run(args):
         check.ok(f"validation gallery: {len(pictures)} pictures, as in validation_images/")
         check.shot("run-finished")
 
-        # 8. Off loopback: the token.
+        # 8. A long run stopped from the page: SIGINT, and its checkpoint is saved.
+        b.click("#tab-configure")
+        b.type_into("#config-name", CONFIG_NAME + "-stop")
+        b.type_into("#opt-max_train_steps", "100000")
+        b.type_into("#opt-output_dir", "output/browser-stop")
+        b.type_into("#opt-validation_prompt", "")
+        b.wait_for(VALIDATION_SETTLED + " && document.getElementById('validation-summary').dataset.errors === '0'",
+                   "the long run's config to validate", timeout=30)
+        b.click("#start-run")
+        b.wait_for("document.getElementById('run-output').textContent.endsWith('browser-stop')"
+                   " && Number(document.getElementById('run-step').dataset.step) >= 2", "the long run's second step",
+                   timeout=120)
+        b.click("#stop-run")
+        state = b.wait_for("(() => { const s = document.getElementById('run-state').dataset.state;"
+                           " return s && s !== 'running' ? s : ''; })()", "the stopped run to end", timeout=120)
+        stopped_at = int(b.evaluate("document.getElementById('run-step').dataset.step"))
+        shown = b.evaluate("document.getElementById('run-checkpoints').textContent")
+        stop_dir = os.path.join(workspace, "output", "browser-stop")
+        on_disk = sorted(n for n in os.listdir(stop_dir) if n.startswith("checkpoint-"))
+        if state != "stopped" or f"checkpoint-{stopped_at}" not in on_disk or f"checkpoint-{stopped_at}" not in shown:
+            raise BrowserError(f"stop: state {state}, step {stopped_at}, page shows checkpoints {shown!r}, "
+                               f"disk has {on_disk}")
+        check.ok(f"stopped at step {stopped_at}: state {state}, checkpoint-{stopped_at} saved and shown")
+        check.shot("run-stopped")
+
+        # 9. Off loopback: the token.
         check_token_mode(b, check, args.remat, work, args.output)
 
         if b.exceptions:
