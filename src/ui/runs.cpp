@@ -69,7 +69,9 @@ std::string new_run_id(int64_t sequence) {
 
 const char* state_name(const Run& run) {
   if (run.running) return "running";
-  const int code = run.exit_code.value_or(-1);
+  // A run recorded as running by a server that was killed: how it ended is not known.
+  if (!run.exit_code) return "unknown";
+  const int code = *run.exit_code;
   // The trainer exits with 128 + SIGINT after saving its checkpoint (0 when the last step came first).
   if (run.stop_requested && (code == 0 || code == 128 + SIGINT || code == 128 + SIGTERM)) return "stopped";
   return code == 0 ? "finished" : "failed";
@@ -78,7 +80,38 @@ const char* state_name(const Run& run) {
 }  // namespace
 
 RunManager::RunManager(std::string workspace, std::string executable)
-    : workspace_(std::move(workspace)), executable_(std::move(executable)) {}
+    : workspace_(std::move(workspace)), executable_(std::move(executable)) {
+  // The runs of earlier servers on this workspace, from their runs/<id>/run.json, as they ended.
+  std::error_code ec;
+  for (fs::directory_iterator it(fs::path(workspace_) / "runs", ec), end; !ec && it != end; it.increment(ec)) {
+    try {
+      const std::string id = it->path().filename().string();
+      check_config_name(id);  // ids are made of the same characters as config names
+      const std::string text = io::read_regular_file((it->path() / "run.json").string(), io::kMaxJsonFileBytes,
+                                                     "ui", "run record");
+      io::check_json_text(text, io::kMaxJsonFileBytes, "[ui] run record");
+      const nlohmann::json record = nlohmann::json::parse(text);
+      Run run;
+      run.id = id;
+      run.config_name = record.value("config_name", "");
+      run.config_path = record.value("config_path", "");
+      run.output_dir = record.value("output_dir", "");
+      run.log_path = (it->path() / "log.txt").string();
+      if (record.contains("max_steps") && record["max_steps"].is_number_integer()) {
+        run.max_steps = record["max_steps"].get<int64_t>();
+      }
+      if (record.contains("exit_code") && record["exit_code"].is_number_integer()) {
+        run.exit_code = record["exit_code"].get<int>();
+      }
+      run.stop_requested = record.value("stop_requested", false);
+      run.started_unix = record.value("started_at", int64_t{0});
+      run.running = false;
+      runs_[run.id] = run;
+    } catch (const std::exception&) {
+      // Not a run record of ours (a stray folder, a damaged file): not listed.
+    }
+  }
+}
 
 RunManager::~RunManager() {
   stop_all(120.0);
@@ -199,8 +232,9 @@ void RunManager::stop_all(double timeout_s) {
 void RunManager::write_record(const Run& run) const {
   nlohmann::json record = {{"id", run.id},           {"config_name", run.config_name}, {"config_path", run.config_path},
                            {"output_dir", run.output_dir}, {"pid", run.pid},            {"state", state_name(run)},
-                           {"started_at", run.started_unix}};
+                           {"started_at", run.started_unix}, {"stop_requested", run.stop_requested}};
   if (run.exit_code) record["exit_code"] = *run.exit_code;
+  if (run.max_steps) record["max_steps"] = *run.max_steps;
   try {
     io::write_file_atomically((fs::path(workspace_) / "runs" / run.id / "run.json").string(), record.dump(2) + "\n",
                               "ui");

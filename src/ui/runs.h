@@ -29,13 +29,16 @@ struct Run {
   pid_t pid = -1;
   bool running = true;
   bool stop_requested = false;
-  std::optional<int> exit_code;  ///< the exit status, or 128 + the signal that ended it
+  /// The exit status, or 128 + the signal that ended it; unset while running, and for a run an
+  /// earlier server recorded as running when it was killed (state "unknown").
+  std::optional<int> exit_code;
   int64_t started_unix = 0;
 };
 
 class RunManager {
  public:
-  /// `executable`: the remat binary runs execute.
+  /// `executable`: the remat binary runs execute. Lists the runs recorded in the workspace by
+  /// earlier servers (runs/<id>/run.json) as they ended.
   RunManager(std::string workspace, std::string executable);
   /// Stops every running run (SIGINT: each saves a checkpoint) and waits for it.
   ~RunManager();
@@ -48,6 +51,7 @@ class RunManager {
   bool stop(const std::string& id);
   /// A copy of run `id`. Throws NotFound.
   Run get(const std::string& id) const;
+  /// Every run, this server's and those recorded by earlier ones, by id (oldest first).
   std::vector<Run> list() const;
   /// Sends SIGINT to every running run and waits up to `timeout_s` for them to exit.
   void stop_all(double timeout_s);

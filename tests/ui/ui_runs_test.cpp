@@ -151,6 +151,21 @@ TEST(UiRunsTest, ARunIsStartedStreamedAndStoppedWithItsCheckpointSaved) {
   EXPECT_EQ(done["max_steps"], 3);
   EXPECT_EQ(body_json(c.Get(short_base + "/metrics?from=0"))["records"].size(), 3u);
   EXPECT_EQ(body_json(c.Get("/api/runs")).size(), 2u);
+
+  // A later server on the workspace lists both runs as they ended, and serves their logs.
+  remat::ui::ServerOptions again;
+  again.workspace = dir.str();
+  UiServer later_ui(again);
+  auto later_client = later_ui.client();
+  const json history = body_json(later_client.Get("/api/runs"));
+  ASSERT_EQ(history.size(), 2u) << history.dump();
+  std::map<std::string, json> by_id;
+  for (const auto& r : history) by_id[r["id"].get<std::string>()] = r;
+  EXPECT_EQ(by_id[id]["state"], "stopped");
+  EXPECT_EQ(by_id[id]["exit_code"], 130);
+  EXPECT_EQ(by_id[id]["config_name"], "tiny");
+  EXPECT_EQ(by_id[body_json(short_run)["id"].get<std::string>()]["state"], "finished");
+  EXPECT_FALSE(body_json(later_client.Get(base + "/log?from=0"))["lines"].empty());
   EXPECT_FALSE(body_json(c.Post(base + "/stop", kUiHeader, "", "application/json"))["stop_sent"].get<bool>());
 }
 
