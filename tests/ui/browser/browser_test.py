@@ -18,7 +18,8 @@ about files, on disk:
      which it removes from the address bar.
 
 A screenshot of each state goes to the output folder. Any step that does not happen fails the
-test (exit 1) with a screenshot of the page as it was.
+test (exit 1) with a screenshot of the page as it was, and so does an uncaught JavaScript exception
+or anything the server's Content-Security-Policy blocks.
 
 Usage: browser_test.py --remat <remat binary> --source <repo root> --output <folder> [--chromium chromium]
 """
@@ -408,6 +409,10 @@ def run(args):
                                f"disk has {on_disk}")
         check.ok(f"stopped at step {stopped_at}: state {state}, checkpoint-{stopped_at} saved and shown")
         check.shot("run-stopped")
+
+        violations = b.evaluate("window.__cspViolations")
+        if violations:
+            raise BrowserError(f"the server's Content-Security-Policy blocked: {violations}")
 
         # 9. Off loopback: the token.
         check_token_mode(b, check, args.remat, work, args.output)
