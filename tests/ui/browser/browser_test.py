@@ -68,9 +68,9 @@ class Check:
 
 def start_ui(remat, workspace, port, log_path, host="127.0.0.1"):
     """`remat ui` in the background, once it answers (with 401 when it wants a token)."""
-    log = open(log_path, "w")
-    process = subprocess.Popen([remat, "ui", "--host", host, "--port", str(port), "--workspace", workspace],
-                               stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen([remat, "ui", "--host", host, "--port", str(port), "--workspace", workspace],
+                                   stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30
     while time.time() < deadline:
         if process.poll() is not None:
@@ -196,20 +196,22 @@ def run(args):
     work = tempfile.mkdtemp(prefix="remat-ui-browser-")
     workspace = os.path.join(work, "workspace")
     os.makedirs(workspace)
-    # The demo data, tiny: a Flux pipeline folder (flux-tiny) and captioned pictures, as `make demo`
-    # makes them, inside the workspace. The run caches them and renders validation images.
-    for command in (["make-demo-pipeline", "--output", os.path.join(workspace, "pipe")],
-                    ["make-demo-images", "--output", os.path.join(workspace, "pics"), "--count", "4", "--size", "32"]):
-        subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
-    interval_error = cli_error_for_interval_0(args.remat)
-    ja_snippet = japanese_help_snippet(args.source)
-    ja_label = japanese_choice_label(args.source)
-
-    port = free_port()
-    server = start_ui(args.remat, workspace, port, os.path.join(args.output, "remat-ui.log"))
+    server = None
     browser = None
     check = None
     try:
+        # The demo data, tiny: a Flux pipeline folder (flux-tiny) and captioned pictures, as `make
+        # demo` makes them, inside the workspace. The run caches them and renders validation images.
+        for command in (["make-demo-pipeline", "--output", os.path.join(workspace, "pipe")],
+                        ["make-demo-images", "--output", os.path.join(workspace, "pics"), "--count", "4",
+                         "--size", "32"]):
+            subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
+        interval_error = cli_error_for_interval_0(args.remat)
+        ja_snippet = japanese_help_snippet(args.source)
+        ja_label = japanese_choice_label(args.source)
+
+        port = free_port()
+        server = start_ui(args.remat, workspace, port, os.path.join(args.output, "remat-ui.log"))
         browser = Chromium(args.chromium, width=1280, height=900)
         check = Check(browser, args.output)
         b = browser
@@ -434,7 +436,8 @@ def run(args):
     finally:
         if browser is not None:
             browser.close()
-        stop_ui(server)
+        if server is not None:
+            stop_ui(server)
         shutil.rmtree(work, ignore_errors=True)
 
 
