@@ -18,7 +18,8 @@ about files, on disk:
      which it removes from the address bar.
 
 A screenshot of each state goes to the output folder. Any step that does not happen fails the
-test (exit 1) with a screenshot of the page as it was.
+test (exit 1) with a screenshot of the page as it was, and so does an uncaught JavaScript exception
+or anything the server's Content-Security-Policy blocks.
 
 Usage: browser_test.py --remat <remat binary> --source <repo root> --output <folder> [--chromium chromium]
 """
@@ -67,9 +68,9 @@ class Check:
 
 def start_ui(remat, workspace, port, log_path, host="127.0.0.1"):
     """`remat ui` in the background, once it answers (with 401 when it wants a token)."""
-    log = open(log_path, "w")
-    process = subprocess.Popen([remat, "ui", "--host", host, "--port", str(port), "--workspace", workspace],
-                               stdout=log, stderr=subprocess.STDOUT)
+    with open(log_path, "w") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen([remat, "ui", "--host", host, "--port", str(port), "--workspace", workspace],
+                                   stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 30
     while time.time() < deadline:
         if process.poll() is not None:
@@ -195,20 +196,22 @@ def run(args):
     work = tempfile.mkdtemp(prefix="remat-ui-browser-")
     workspace = os.path.join(work, "workspace")
     os.makedirs(workspace)
-    # The demo data, tiny: a Flux pipeline folder (flux-tiny) and captioned pictures, as `make demo`
-    # makes them, inside the workspace. The run caches them and renders validation images.
-    for command in (["make-demo-pipeline", "--output", os.path.join(workspace, "pipe")],
-                    ["make-demo-images", "--output", os.path.join(workspace, "pics"), "--count", "4", "--size", "32"]):
-        subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
-    interval_error = cli_error_for_interval_0(args.remat)
-    ja_snippet = japanese_help_snippet(args.source)
-    ja_label = japanese_choice_label(args.source)
-
-    port = free_port()
-    server = start_ui(args.remat, workspace, port, os.path.join(args.output, "remat-ui.log"))
+    server = None
     browser = None
     check = None
     try:
+        # The demo data, tiny: a Flux pipeline folder (flux-tiny) and captioned pictures, as `make
+        # demo` makes them, inside the workspace. The run caches them and renders validation images.
+        for command in (["make-demo-pipeline", "--output", os.path.join(workspace, "pipe")],
+                        ["make-demo-images", "--output", os.path.join(workspace, "pics"), "--count", "4",
+                         "--size", "32"]):
+            subprocess.run([args.remat] + command, check=True, stdout=subprocess.DEVNULL)
+        interval_error = cli_error_for_interval_0(args.remat)
+        ja_snippet = japanese_help_snippet(args.source)
+        ja_label = japanese_choice_label(args.source)
+
+        port = free_port()
+        server = start_ui(args.remat, workspace, port, os.path.join(args.output, "remat-ui.log"))
         browser = Chromium(args.chromium, width=1280, height=900)
         check = Check(browser, args.output)
         b = browser
@@ -409,6 +412,10 @@ def run(args):
         check.ok(f"stopped at step {stopped_at}: state {state}, checkpoint-{stopped_at} saved and shown")
         check.shot("run-stopped")
 
+        violations = b.evaluate("window.__cspViolations")
+        if violations:
+            raise BrowserError(f"the server's Content-Security-Policy blocked: {violations}")
+
         # 9. Off loopback: the token.
         check_token_mode(b, check, args.remat, work, args.output)
 
@@ -429,7 +436,8 @@ def run(args):
     finally:
         if browser is not None:
             browser.close()
-        stop_ui(server)
+        if server is not None:
+            stop_ui(server)
         shutil.rmtree(work, ignore_errors=True)
 
 

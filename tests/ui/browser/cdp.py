@@ -45,6 +45,12 @@ class Chromium:
         self.send("Page.enable")
         self.send("Runtime.enable")
         self.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        # Content-Security-Policy violations (a script, style or picture the server's policy
+        # blocks) are recorded by the page itself from its first line on.
+        self.send("Page.addScriptToEvaluateOnNewDocument", source=(
+            "window.__cspViolations = [];"
+            "document.addEventListener('securitypolicyviolation',"
+            " e => window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));"))
 
     def _debugging_port(self):
         # chromium writes the port it chose into DevToolsActivePort in the profile.
