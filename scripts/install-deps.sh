@@ -16,8 +16,11 @@ packages=(
   libexif-dev             # libexif: the EXIF orientation of pictures
   libpng-dev              # libpng: writing sampled pictures as PNG with text chunks
   libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
+  libcpp-httplib-dev pkg-config  # cpp-httplib: the HTTP server of `remat ui` (its flags from cpp-httplib.pc)
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
+  chromium python3-websocket  # the real-browser test of `remat ui` (tests/ui/browser): headless, over DevTools
+  fonts-ipafont-gothic fonts-lohit-deva  # CJK and Devanagari glyphs: the UI's translated help, readable in screenshots
 )
 
 missing=()

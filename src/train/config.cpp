@@ -3,6 +3,7 @@
 // cli_utils.mapping_to_cli_args: config keys may carry a leading "--", and the file is equivalent
 // to the same flags written on the command line.
 #include "remat/train/config.h"
+#include "remat/train/config_text.h"
 
 #include <cctype>
 #include <cmath>
@@ -126,8 +127,11 @@ std::string read_text(const std::string& path, const char* format) {
   }
 }
 
-OptionValues read_json(const std::string& path) {
-  const std::string text = read_text(path, "JSON");
+OptionValues read_json(const std::string& path) { return read_config_json_text(read_text(path, "JSON"), path); }
+
+}  // namespace
+
+OptionValues read_config_json_text(const std::string& text, const std::string& path) {
   nlohmann::json doc;
   try {
     io::check_json_text(text, io::kMaxJsonFileBytes, "[train] config '" + path + "'");
@@ -158,6 +162,8 @@ OptionValues read_json(const std::string& path) {
   }
   return values;
 }
+
+namespace {
 
 // SimpleTuner's config.env (helpers/configuration/env_file.py parse_env_file): `NAME=value`
 // lines, optionally `export`ed, values optionally quoted, `NAME+=more` appending with a space.

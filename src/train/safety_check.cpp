@@ -41,7 +41,17 @@ std::vector<FamilyCheckpointing> checkpointing_support() {
 }
 
 std::vector<std::string> safety_check(TrainConfig& config, const std::vector<FamilyCheckpointing>& families) {
-  std::vector<std::string> warnings;
+  std::vector<std::string> messages;
+  for (const auto& d : safety_check_diagnostics(config, families)) messages.push_back(d.message);
+  return messages;
+}
+
+std::vector<Diagnostic> safety_check_diagnostics(TrainConfig& config, const std::vector<FamilyCheckpointing>& families) {
+  // Each warning names its option, so a UI shows it next to that field.
+  std::vector<Diagnostic> warnings;
+  const auto warn = [&warnings](const std::string& option, const std::string& message) {
+    warnings.push_back({Diagnostic::Severity::Warning, option, "", message});
+  };
   const FamilyCheckpointing none{config.model_family};
   const FamilyCheckpointing* found = lookup(families, config.model_family);
   const FamilyCheckpointing& family = found ? *found : none;
@@ -67,7 +77,7 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
 
   // 3. Families without chunked checkpointing drop the interval.
   if ((interval || config.gradient_checkpointing_interval_auto) && !family.interval) {
-    warnings.push_back("[train] gradient_checkpointing_interval is not supported with " + config.model_family +
+    warn("gradient_checkpointing_interval", "[train] gradient_checkpointing_interval is not supported with " + config.model_family +
                        " models and is ignored (supported: " +
                        families_with(families, &FamilyCheckpointing::interval) + ")");
     interval.reset();
@@ -81,16 +91,16 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
       error("gradient_checkpointing_segment_stride", value,
             "[train] gradient_checkpointing_segment_stride must be an integer in [1, " + blocks + "], got " + value);
     } else if (!family.segment_stride) {
-      warnings.push_back("[train] gradient_checkpointing_segment_stride is not supported with " +
+      warn("gradient_checkpointing_segment_stride", "[train] gradient_checkpointing_segment_stride is not supported with " +
                          config.model_family + " models and is ignored (supported: " +
                          families_with(families, &FamilyCheckpointing::segment_stride) + ")");
       stride.reset();
     } else if (config.gradient_checkpointing_interval_auto) {
-      warnings.push_back("[train] gradient_checkpointing_segment_stride=" + value +
+      warn("gradient_checkpointing_segment_stride", "[train] gradient_checkpointing_segment_stride=" + value +
                          " is ignored with gradient_checkpointing_interval=auto (the planner picks the stride)");
       stride.reset();
     } else if (!interval) {
-      warnings.push_back("[train] gradient_checkpointing_segment_stride=" + value +
+      warn("gradient_checkpointing_segment_stride", "[train] gradient_checkpointing_segment_stride=" + value +
                          " requires gradient_checkpointing_interval greater than 1; ignoring segment stride");
       stride.reset();
     } else {
@@ -112,7 +122,7 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
 
   // 6. Offload moves CUDA tensors only (remat::Backend::Offload).
   if (config.gradient_checkpointing && config.checkpoint_backend() == Backend::Offload && config.device == "cpu") {
-    warnings.push_back("[train] gradient_checkpointing_backend=" + config.gradient_checkpointing_backend +
+    warn("gradient_checkpointing_backend", "[train] gradient_checkpointing_backend=" + config.gradient_checkpointing_backend +
                        " offloads CUDA tensors to pinned host memory; on device cpu the saved tensors "
                        "stay in place (it behaves like " +
                        (config.checkpoint_ffn_only() ? std::string("torch-ffn") : std::string("torch")) + ")");
@@ -120,7 +130,7 @@ std::vector<std::string> safety_check(TrainConfig& config, const std::vector<Fam
 
   // 1 and 7. Options whose dependency does not hold (depends_on in the registry): with
   // checkpointing off they do nothing; a budget without interval auto is dropped.
-  for (const auto& d : dependency_diagnostics(config, /*checkpointing=*/true)) warnings.push_back(d.message);
+  for (auto& d : dependency_diagnostics(config, /*checkpointing=*/true)) warnings.push_back(std::move(d));
 
   if (!errors.empty()) throw ValidationErrors(std::move(errors));
   return warnings;

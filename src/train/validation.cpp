@@ -334,7 +334,7 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
   // 5. The checkpointing safety check (SimpleTuner's rules, per family).
   if (safety && family != nullptr) {
     try {
-      for (const auto& w : safety_check(config)) warn("", "", w);
+      for (auto& d : safety_check_diagnostics(config)) out.push_back(std::move(d));
     } catch (const ValidationErrors& e) {
       for (const auto& d : e.errors()) out.push_back(d);
     } catch (const ValidationError& e) {

@@ -417,6 +417,19 @@ expect_quick 0 "wrote $work/qnf4.png" -- "$remat" sample "${sample[@]}" --prompt
 expect_quick 2 "base_model_precision int4-quanto is not supported" -- "$remat" sample "${sample[@]}" --prompt=x --base_model_precision=int4-quanto --output="$work/badq.png"
 [[ -e "$work/badq.png" ]] && { echo "FAIL: a PNG was written after a refused precision"; failures=$((failures + 1)); } || echo "ok: no PNG after a refused precision"
 
+# remat ui: bad flags and a workspace that cannot be made exit 2; a second server on a busy port
+# says so and exits 2 (the first is ended by its own pid).
+expect 2 "--port: Value 70000 not in range" -- "$remat" ui --port 70000
+touch "$work/not-a-dir"
+expect 2 "--workspace must be a directory" -- "$remat" ui --port 18571 --workspace "$work/not-a-dir/ws"
+ui_port=$((20000 + RANDOM % 20000))
+"$remat" ui --port "$ui_port" --workspace "$work/ui-ws" > "$work/ui.out" 2>&1 &
+ui_pid=$!
+for _ in $(seq 50); do grep -q "remat ui: open" "$work/ui.out" && break; sleep 0.1; done
+expect 2 "port $ui_port on 127.0.0.1 is already in use" -- "$remat" ui --port "$ui_port" --workspace "$work/ui-ws"
+kill -INT "$ui_pid"
+wait "$ui_pid" && echo "ok: remat ui stopped on SIGINT" || { echo "FAIL: remat ui did not exit 0 on SIGINT"; failures=$((failures + 1)); }
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1

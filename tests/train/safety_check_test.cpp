@@ -200,5 +200,34 @@ TEST(SafetyCheck, BudgetWithoutAutoIsDropped) {
   EXPECT_FALSE(c.gradient_checkpointing_memory_budget.has_value());
 }
 
+
+// Each warning names the option it is about (a UI shows it next to that field), and the
+// diagnostics are the warnings safety_check returns, in the same order.
+TEST(SafetyCheck, WarningsNameTheirOption) {
+  TrainConfig off = config_for("flux");
+  off.gradient_checkpointing = false;
+  off.gradient_checkpointing_interval = 2;
+  TrainConfig off_copy = off;
+  const auto diagnostics = safety_check_diagnostics(off, kFamilies);
+  ASSERT_EQ(diagnostics.size(), 1u);
+  EXPECT_EQ(diagnostics[0].option, "gradient_checkpointing_interval");
+  EXPECT_EQ(diagnostics[0].severity, Diagnostic::Severity::Warning);
+  EXPECT_EQ(safety_check(off_copy, kFamilies), std::vector<std::string>{diagnostics[0].message});
+
+  TrainConfig plain = config_for("plain");
+  plain.gradient_checkpointing_interval = 2;
+  plain.gradient_checkpointing_segment_stride = 4;
+  std::vector<std::string> options;
+  for (const auto& d : safety_check_diagnostics(plain, kFamilies)) options.push_back(d.option);
+  EXPECT_EQ(options, (std::vector<std::string>{"gradient_checkpointing_interval", "gradient_checkpointing_segment_stride"}));
+
+  TrainConfig offload = config_for("flux");
+  offload.device = "cpu";
+  offload.gradient_checkpointing_backend = "unsloth";
+  const auto cpu = safety_check_diagnostics(offload, kFamilies);
+  ASSERT_EQ(cpu.size(), 1u);
+  EXPECT_EQ(cpu[0].option, "gradient_checkpointing_backend");
+}
+
 }  // namespace
 }  // namespace remat::train

@@ -47,4 +47,10 @@ REMAT_API std::vector<std::string> safety_check(
     TrainConfig& config,
     const std::vector<FamilyCheckpointing>& families = checkpointing_support());
 
+/// safety_check with each warning as a Diagnostic naming its option (what validate_option_values
+/// reports, so a UI can show each warning next to its field). Throws as safety_check does.
+REMAT_API std::vector<Diagnostic> safety_check_diagnostics(
+    TrainConfig& config,
+    const std::vector<FamilyCheckpointing>& families = checkpointing_support());
+
 }  // namespace remat::train
