@@ -13,6 +13,8 @@
 #include <vector>
 
 #include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <torch/torch.h>
 
 #include "remat/memory.h"
@@ -137,6 +139,33 @@ int main(int argc, char** argv) {
     for (const auto e : engines) names += (names.empty() ? "" : ", ") + std::string(c10::toString(e));
     std::printf("FBGEMM fused int8: not available (this LibTorch's quantized engines: %s)\n",
                 names.empty() ? "none" : names.c_str());
+  }
+
+  // oneDNN / QNNPACK (the engines Debian's build has): quantized::linear_dynamic, per-channel int8
+  // weight, activations quantised per call, forward only. Called boxed through the dispatcher.
+  for (const auto engine : engines) {
+    if (engine != at::QEngine::ONEDNN && engine != at::QEngine::QNNPACK) continue;
+    try {
+      at::globalContext().setQEngine(engine);
+      const at::Tensor scales = (w.abs().amax(1) / 127.0).to(at::kDouble);
+      const at::Tensor zeros = torch::zeros({w.size(0)}, at::kLong);
+      const at::Tensor qw = at::quantize_per_channel(w, scales, zeros, 0, at::kQInt8);
+      auto& dispatcher = c10::Dispatcher::singleton();
+      torch::jit::Stack stack{qw, c10::IValue()};
+      dispatcher.findSchemaOrThrow("quantized::linear_prepack", "").callBoxed(&stack);
+      const c10::IValue packed = stack.at(0);
+      const auto op = dispatcher.findSchemaOrThrow("quantized::linear_dynamic", "");
+      auto run = [&] {
+        torch::jit::Stack s{x, packed, false};
+        op.callBoxed(&s);
+        return s.at(0).toTensor();
+      };
+      const std::string label = std::string("linear_dynamic int8, ") + c10::toString(engine);
+      std::printf("%-34s %10.2f %12.3e\n", label.c_str(), median_ms(repeats, run), relative_error(run(), reference));
+    } catch (const c10::Error& e) {
+      std::printf("linear_dynamic int8, %s: unavailable (%s)\n", c10::toString(engine).c_str(),
+                  std::string(e.what_without_backtrace()).substr(0, 120).c_str());
+    }
   }
 
   std::printf("\n== flux-small weight bytes held (tracking allocator, float32 model) ==\n");
