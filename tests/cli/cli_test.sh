@@ -430,6 +430,10 @@ expect 2 "port $ui_port on 127.0.0.1 is already in use" -- "$remat" ui --port "$
 kill -INT "$ui_pid"
 wait "$ui_pid" && echo "ok: remat ui stopped on SIGINT" || { echo "FAIL: remat ui did not exit 0 on SIGINT"; failures=$((failures + 1)); }
 
+# base_model_precision in training (issue 16): a quantised base is for LoRA only, in train and bench.
+expect 2 "base_model_precision=int8-quanto quantises the frozen base weights, which only LoRA training has" -- "$remat" train --model_type=full --base_model_precision=int8-quanto
+expect 2 "pass --lora_rank > 0" -- "$remat" bench --base_model_precision=int8-quanto --steps 1
+
 if ((failures)); then
   echo "$failures CLI checks failed"
   exit 1
