@@ -352,7 +352,7 @@ while at + 12 <= len(data):
 print(";".join(out))
 PY
 )
-want="prompt=a red square;negative_prompt=;seed=5;steps=2;guidance=3.5;true_cfg_scale=1;width=32;height=48;model=$work/pipe;loras=;software=remat"
+want="prompt=a red square;negative_prompt=;seed=5;steps=2;guidance=3.5;true_cfg_scale=1;width=32;height=48;model=$work/pipe;loras=;base_model_precision=no_change;software=remat"
 [[ "$chunks" == "$want" ]] && echo "ok: PNG text chunks" \
   || { echo "FAIL: PNG text chunks: $chunks (want $want)"; failures=$((failures + 1)); }
 # Several prompts (a file and a flag): <stem>_001.png, ... in prompt order; a LoRA with a scale.
