@@ -82,7 +82,9 @@ TEST_F(UiApiTest, OptionsAreTheRegistryPlusSixLanguages) {
     // The third line ("What") ends with the help text.
     EXPECT_EQ(bullets[2].substr(bullets[2].size() - help.size()), help) << code;
     for (const auto& spec : remat::train::option_specs()) {
-      if (spec.checkpointing) EXPECT_TRUE(languages[i]["options"].contains(spec.name)) << code << " " << spec.name;
+      if (spec.checkpointing) {
+        EXPECT_TRUE(languages[i]["options"].contains(spec.name)) << code << " " << spec.name;
+      }
     }
   }
 }
