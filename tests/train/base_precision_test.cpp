@@ -29,6 +29,7 @@
 #include "remat/train/trainer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
+#include "flux_tiny_dataset.h"
 
 namespace remat::train {
 namespace {
@@ -331,13 +332,7 @@ TEST(BaseModelPrecisionPlanner, StepModelCountsQuantisedWeightsAndAutoStaysWithi
 class QuantizedTraining : public ::testing::Test {
  protected:
   void SetUp() override {
-    DemoDatasetOptions options;
-    options.sizes = {{8, 8}};
-    options.text_tokens = 8;
-    options.joint_attention_dim = 32;  // flux-tiny
-    options.pooled_projection_dim = 16;
-    options.num_captions = 4;
-    make_demo_dataset((root_ / "data").string(), model_family("flux").latents, 8, 7, options);
+    remat::testing::make_flux_tiny_dataset((root_ / "data").string(), 8);
     // One set of base weights for every precision, so the runs differ only by quantisation.
     torch::manual_seed(5);
     models::Flux model(models::FluxConfig::preset("flux-tiny"));

@@ -17,6 +17,7 @@
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
+#include "flux_tiny_dataset.h"
 
 namespace remat::train {
 namespace {
@@ -28,13 +29,7 @@ using remat::testing::error_of;
 class PipelineSourceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DemoDatasetOptions options;
-    options.sizes = {{8, 8}};
-    options.text_tokens = 8;
-    options.joint_attention_dim = 32;  // flux-tiny
-    options.pooled_projection_dim = 16;
-    options.num_captions = 4;
-    make_demo_dataset(dir_ / "data", model_family("flux").latents, 4, 7, options);
+    remat::testing::make_flux_tiny_dataset(dir_ / "data", 4);
     encoders::DemoPipelineOptions pipe;
     pipe.seed = 11;
     pipe.transformer_shards = 2;

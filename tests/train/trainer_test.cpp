@@ -16,6 +16,7 @@
 #include "remat/train/trainer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
+#include "flux_tiny_dataset.h"
 
 namespace remat::train {
 namespace {
@@ -26,13 +27,7 @@ namespace fs = std::filesystem;
 class TrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    DemoDatasetOptions options;
-    options.sizes = {{8, 8}};  // 16 packed tokens
-    options.text_tokens = 8;
-    options.joint_attention_dim = 32;  // flux-tiny
-    options.pooled_projection_dim = 16;
-    options.num_captions = 4;
-    make_demo_dataset((root_ / "data").string(), remat::train::model_family("flux").latents, 16, 7, options);
+    remat::testing::make_flux_tiny_dataset((root_ / "data").string(), 16);
   }
 
   // A validated config for flux-tiny on the test data.

@@ -25,6 +25,7 @@
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
+#include "flux_tiny_dataset.h"
 
 namespace remat::train {
 namespace {
@@ -40,13 +41,7 @@ class ValidationTrainer : public ::testing::Test {
     pipeline_ = std::make_unique<TempDir>("validation_pipeline");
     encoders::write_demo_pipeline(pipeline_->str(), {});  // flux-tiny and encoders that fit it
     data_ = std::make_unique<TempDir>("validation_data");
-    DemoDatasetOptions options;
-    options.sizes = {{8, 8}};
-    options.text_tokens = 8;
-    options.joint_attention_dim = 32;  // flux-tiny
-    options.pooled_projection_dim = 16;
-    options.num_captions = 4;
-    make_demo_dataset(data_->str(), model_family("flux").latents, 16, 7, options);
+    remat::testing::make_flux_tiny_dataset(data_->str(), 16);
   }
   static void TearDownTestSuite() {
     pipeline_.reset();

@@ -8,6 +8,7 @@
 #include "remat/train/data.h"
 #include "remat/train/family.h"
 #include "ui_server_fixture.h"
+#include "flux_tiny_dataset.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -32,13 +33,7 @@ json wait_for(httplib::Client& c, const std::string& path, const std::function<b
 
 TEST(UiRunsTest, ARunIsStartedStreamedAndStoppedWithItsCheckpointSaved) {
   TempDir dir("remat_ui_runs");
-  remat::train::DemoDatasetOptions data;
-  data.sizes = {{8, 8}};  // 16 packed tokens
-  data.text_tokens = 8;
-  data.joint_attention_dim = 32;  // flux-tiny
-  data.pooled_projection_dim = 16;
-  data.num_captions = 4;
-  remat::train::make_demo_dataset(dir / "data", remat::train::model_family("flux").latents, 16, 7, data);
+  remat::testing::make_flux_tiny_dataset(dir / "data", 16);
 
   remat::ui::ServerOptions o;
   o.workspace = dir.str();
