@@ -3,6 +3,7 @@
 // one table of remat/models/flux_weight_formats.h.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -194,13 +195,17 @@ class Reader {
         if (a.numel() != 1) fail("key " + parts.at(".alpha") + " must hold one number");
         // diffusers discards the final layer's alphas (§4.3 †): mirrored so outputs match.
         if (!final_layer) alpha = a.item<double>();
+        if (!std::isfinite(alpha)) {
+          fail("key " + parts.at(".alpha") + " holds " + c10::str(alpha) + "; alpha must be a finite number");
+        }
       } else if (mixture) {
         fail("has " + name + " without its alpha tensor (the lora_transformer_ form requires it)");
       }
       // Bake alpha / rank into the factors the way diffusers does (scale 1 afterwards).
       double scale_down = alpha / static_cast<double>(rank), scale_up = 1.0;
       if (final_layer) scale_down = 1.0;
-      while (scale_down * 2 < scale_up) {
+      // By magnitude: diffusers compares the signed value, which never stops for a negative alpha.
+      while (std::abs(scale_down) * 2 < scale_up) {
         scale_down *= 2;
         scale_up /= 2;
       }

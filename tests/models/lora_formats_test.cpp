@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -382,6 +383,28 @@ TEST_F(LoraFormatsTest, KohyaAlphaIsBakedAsDiffusersDoes) {
     EXPECT_TRUE(torch::equal(m.up, up * s_up)) << alpha;
     EXPECT_EQ(m.scale, 1.0);
   }
+}
+
+// A negative alpha (found by fuzz_lora: diffusers' balancing loop never ends for one) gives the
+// delta alpha / r * up @ down like any other; a non-finite alpha is refused naming its key.
+TEST_F(LoraFormatsTest, KohyaNegativeAlphaBakesItsDeltaAndInfiniteAlphaIsRefused) {
+  torch::manual_seed(4);
+  const auto down = torch::randn({4, 64}), up = torch::randn({64, 4});
+  const auto write = [&](double alpha) {
+    io::save_safetensors(dir / "alpha.safetensors", {{"lora_unet_double_blocks_0_img_attn_proj.lora_down.weight", down},
+                                                     {"lora_unet_double_blocks_0_img_attn_proj.lora_up.weight", up},
+                                                     {"lora_unet_double_blocks_0_img_attn_proj.alpha", torch::tensor(alpha)}});
+  };
+  write(-3.0);
+  const auto file = read_lora_file(dir / "alpha.safetensors");
+  const auto& m = file.modules.at("transformer_blocks.0.attn.to_out.0");
+  const at::Tensor want = (-3.0 / 4.0) * torch::matmul(up.to(torch::kDouble), down.to(torch::kDouble));
+  const at::Tensor got = m.scale * torch::matmul(m.up.to(torch::kDouble), m.down.to(torch::kDouble));
+  EXPECT_TRUE(torch::allclose(got, want, 1e-6, 1e-6));
+  write(-std::numeric_limits<double>::infinity());
+  const std::string message = remat::testing::error_of([&] { read_lora_file(dir / "alpha.safetensors"); });
+  EXPECT_NE(message.find("lora_unet_double_blocks_0_img_attn_proj.alpha"), std::string::npos) << message;
+  EXPECT_NE(message.find("must be a finite number"), std::string::npos) << message;
 }
 
 TEST_F(LoraFormatsTest, ScaleZeroIsTheBaseModelBitForBit) {
