@@ -5,6 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build
   libtorch-dev            # LibTorch 1.13 (CPU)
+  libgloo-dev             # Gloo's headers: c10d's ProcessGroupGloo (multi-process training) includes them
   libopenblas0-pthread    # optimised BLAS: without it fp32 matmuls run ~50x slower
   libgtest-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev

@@ -71,8 +71,11 @@ std::vector<at::Tensor> TrainingStep::forward_backward(const std::vector<Batch>&
   const double n = static_cast<double>(micro_batches.size());
   const AutocastSnapshot autocast = AutocastSnapshot::with(settings_.autocast, device_);
   std::vector<at::Tensor> losses;
-  for (const Batch& batch : micro_batches) {
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const Batch& batch = micro_batches[i];
+    const bool last = i + 1 == micro_batches.size();
     begin(StepPhase::ForwardBackward);
+    if (sync_) sync_->before_forward(last);
     at::Tensor loss;
     {
       AutocastGuard mixed_precision(autocast);
@@ -80,7 +83,10 @@ std::vector<at::Tensor> TrainingStep::forward_backward(const std::vector<Batch>&
     }
     for (auto* o : observers_) o->forward_done(device_);
     // Gradient accumulation scales each loss by 1/n (exact, and skipped, for one micro-batch).
-    (micro_batches.size() == 1 ? loss : loss / n).backward();
+    const at::Tensor scaled = micro_batches.size() == 1 ? loss : loss / n;
+    if (sync_) sync_->before_backward(scaled, last);
+    scaled.backward();
+    if (sync_) sync_->after_backward(last);
     // A copy of the value alone: the loss may share a larger reduction buffer (16 KiB on CPU),
     // which would otherwise stay alive through the optimizer step.
     losses.push_back(loss.detach().clone());
@@ -92,7 +98,7 @@ std::vector<at::Tensor> TrainingStep::forward_backward(const std::vector<Batch>&
 void TrainingStep::sync_gradients() {
   if (!sync_) return;
   begin(StepPhase::GradientSync);
-  sync_(parameters_);
+  sync_->finish(parameters_);
   end(StepPhase::GradientSync);
 }
 
@@ -120,14 +126,20 @@ void TrainingStep::optimizer_step() {
 StepResult TrainingStep::run(const std::vector<Batch>& micro_batches, at::Generator& generator) {
   TORCH_CHECK_VALUE(!micro_batches.empty(), "[step] needs at least one micro-batch");
   device_ = micro_batches.front().latents.device();
-  for (auto p : parameters_) p.mutable_grad().reset();
+  const bool views = sync_ && sync_->gradients_are_views();
+  for (auto p : parameters_) {
+    if (!views) p.mutable_grad().reset();
+    else if (p.grad().defined()) p.mutable_grad().zero_();
+  }
   for (auto* o : observers_) o->step_begin(device_);
   StepResult result;
   result.micro_losses = forward_backward(micro_batches, generator);
   sync_gradients();
   result.grad_norm = clip_gradients();
   optimizer_step();
-  for (auto p : parameters_) p.mutable_grad().reset();  // free gradients between steps
+  if (!views) {
+    for (auto p : parameters_) p.mutable_grad().reset();  // free gradients between steps
+  }
   for (auto* o : observers_) o->step_end(result, device_);
   return result;
 }

@@ -9,9 +9,9 @@
 /// them, so `remat train` reads them once per logged step. TimingObserver synchronises at each
 /// phase boundary (the benchmark's figures); PeakMemoryObserver reads the allocator's counters.
 ///
-/// Seams for what comes next: the gradient-sync hook runs after the last micro-batch's backward
-/// and before clipping (data-parallel training reduces gradients there); observers see every
-/// phase (metrics, UIs, profilers).
+/// Seams: a GradientSynchronizer sees every micro-batch's forward and backward (data-parallel
+/// training reduces the gradients inside the last backward, overlapped with it) and finishes
+/// before clipping; observers see every phase (metrics, UIs, profilers).
 
 #include <chrono>
 #include <cstdint>
@@ -73,9 +73,26 @@ class REMAT_API StepObserver {
   virtual void step_end(const StepResult& result, const c10::Device& device) {}
 };
 
-/// Reduces (or otherwise handles) the accumulated gradients of `parameters` after the last
-/// micro-batch's backward, before clipping. Single-process training leaves it unset.
-using GradientSync = std::function<void(const std::vector<at::Tensor>& parameters)>;
+/// Keeps the gradients of several processes in step (data-parallel training). The step calls it
+/// around each micro-batch; single-process training has none. remat's implementation wraps
+/// c10d's Reducer (remat/distributed/gradient_reducer.h), whose all-reduce runs inside the last
+/// micro-batch's backward, overlapped with it; `finish` then only completes what is left.
+class REMAT_API GradientSynchronizer {
+ public:
+  virtual ~GradientSynchronizer() = default;
+  /// Before each micro-batch's forward; `last`: the step's last micro-batch, the one whose
+  /// backward synchronises (the others accumulate locally, as DDP's no_sync).
+  virtual void before_forward(bool last) {}
+  /// After the forward, before backward from `loss` (the scaled loss backward starts from).
+  virtual void before_backward(const at::Tensor& loss, bool last) {}
+  /// After that micro-batch's backward.
+  virtual void after_backward(bool last) {}
+  /// After the last backward, before clipping: the GradientSync phase (waits for what is left).
+  virtual void finish(const std::vector<at::Tensor>& parameters) {}
+  /// Whether the gradients are views into communication buffers: the step then zeroes them at
+  /// its start instead of freeing them at its end (freeing would allocate them anew each step).
+  virtual bool gradients_are_views() const { return false; }
+};
 
 /// One optimizer step over micro-batches, phase by phase.
 class REMAT_API TrainingStep {
@@ -87,7 +104,8 @@ class REMAT_API TrainingStep {
 
   /// Observers are called in the order added; not owned.
   void add_observer(StepObserver* observer);
-  void set_gradient_sync(GradientSync sync) { sync_ = std::move(sync); }
+  /// Not owned; nullptr (the default): one process.
+  void set_gradient_synchronizer(GradientSynchronizer* sync) { sync_ = sync; }
   const StepSettings& settings() const { return settings_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
 
@@ -102,7 +120,7 @@ class REMAT_API TrainingStep {
   // forward-backward and no update).
   /// Forward and backward of each micro-batch, gradients accumulated; returns the losses.
   std::vector<at::Tensor> forward_backward(const std::vector<Batch>& micro_batches, at::Generator& generator);
-  /// The gradient-sync hook, when set.
+  /// The gradient synchronizer's finish, when there is one.
   void sync_gradients();
   /// Clips (or only measures) the global gradient norm; undefined when neither is asked for.
   at::Tensor clip_gradients();
@@ -117,7 +135,7 @@ class REMAT_API TrainingStep {
   torch::optim::Optimizer& optimizer_;
   std::vector<at::Tensor> parameters_;
   StepSettings settings_;
-  GradientSync sync_;
+  GradientSynchronizer* sync_ = nullptr;
   std::vector<StepObserver*> observers_;
   c10::Device device_{c10::kCPU};
 };
