@@ -83,6 +83,15 @@ at::Tensor encode_record(encoders::FluxEncoders& flux, const ImageRecord& record
   return flux.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
 }
 
+// Which process of options.shard_count encodes `entry` (FNV-1a of its path: the same on every
+// machine and build, unlike std::hash).
+bool in_shard(const std::string& entry, const CacheOptions& options) {
+  if (options.shard_count <= 1) return true;
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : entry) h = (h ^ c) * 1099511628211ULL;
+  return static_cast<int>(h % static_cast<uint64_t>(options.shard_count)) == options.shard_index;
+}
+
 }  // namespace
 
 CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const DataBackendConfig& backends,
@@ -93,6 +102,9 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   // replace them. Restoring the generator afterwards makes a run train the same whether its
   // caches were cold (encoders loaded) or warm (nothing loaded).
   GlobalGeneratorGuard keep_global_generator;
+  TORCH_CHECK_VALUE(options.shard_count >= 1 && options.shard_index >= 0 && options.shard_index < options.shard_count,
+                    "[cache] shard_index must be in [0, shard_count), got ", options.shard_index, " of ",
+                    options.shard_count);
   const auto log = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
   encoders::FluxEncodersOptions base;
   base.dtype = encoder_dtype(options.dtype);
@@ -128,7 +140,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
       latents_paths[d].push_back(job.entry);
       if (detail::entry_is_current(job.entry, job.metadata, {"latents"})) {
         ++report.images_reused;
-      } else {
+      } else if (in_shard(job.entry, options)) {
         image_jobs.push_back(std::move(job));
       }
     }
@@ -182,7 +194,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
     if (detail::entry_is_current(it->second, detail::text_entry_metadata(caption, text_identity),
                                  {"prompt_embeds", "pooled_prompt_embeds"})) {
       ++report.captions_reused;
-    } else {
+    } else if (in_shard(it->second, options)) {
       text_jobs.push_back({caption, it->second});
     }
     return it->second;

@@ -33,10 +33,10 @@ struct HookCounters {
 // c10d's AllReduceCommHook (divide by the world size, then sum) plus an observer and timing.
 class ObservedAllReduce : public c10d::CommHookInterface {
  public:
-  ObservedAllReduce(c10::intrusive_ptr<c10d::ProcessGroup> group, int world_size,
+  ObservedAllReduce(c10::intrusive_ptr<c10d::ProcessGroup> group, LaunchEnvironment env,
                     std::function<void(const BucketLaunch&)> on_bucket, std::shared_ptr<HookCounters> counters)
       : group_(std::move(group)),
-        world_size_(world_size),
+        env_(std::move(env)),
         on_bucket_(std::move(on_bucket)),
         counters_(std::move(counters)) {}
 
@@ -46,18 +46,29 @@ class ObservedAllReduce : public c10d::CommHookInterface {
       on_bucket_(BucketLaunch{bucket.getIndex(), static_cast<int64_t>(buffer.numel() * buffer.element_size()),
                               bucket.getParameters().size()});
     }
-    buffer.div_(world_size_);
+    buffer.div_(env_.world_size);
     std::vector<at::Tensor> tensors{buffer};
     auto future = group_->allreduce(tensors)->getFuture();
     const auto start = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(counters_->mutex);
+      ++counters_->launched;
+    }
+    // The reducer waits for this future at the end of backward: a failed all-reduce (a rank that
+    // died or hung) surfaces there, with this message instead of Gloo's socket error alone.
     auto counters = counters_;
-    future->addCallback([counters, start](c10::ivalue::Future&) {
-      std::lock_guard<std::mutex> lock(counters->mutex);
-      counters->seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    });
-    std::lock_guard<std::mutex> lock(counters_->mutex);
-    ++counters_->launched;
-    return future;
+    const std::string why = "the all-reduce of gradient bucket " + std::to_string(bucket.getIndex());
+    const LaunchEnvironment env = env_;
+    return future->then(
+        [counters, start, why, env](c10::ivalue::Future& done) -> c10::IValue {
+          {
+            std::lock_guard<std::mutex> lock(counters->mutex);
+            counters->seconds += std::chrono::duration<double>(Clock::now() - start).count();
+          }
+          if (done.hasError()) throw_value_error(collective_failure_message(env, why, done.tryRetrieveErrorMessage()));
+          return done.value();
+        },
+        future->elementType());
   }
 
   at::Tensor parseHookResult(const c10::IValue& result) override {
@@ -66,7 +77,7 @@ class ObservedAllReduce : public c10d::CommHookInterface {
 
  private:
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
-  int world_size_;
+  LaunchEnvironment env_;
   std::function<void(const BucketLaunch&)> on_bucket_;
   std::shared_ptr<HookCounters> counters_;
 };
@@ -114,7 +125,7 @@ GradientReducer::GradientReducer(ProcessGroup& group, std::vector<at::Tensor> pa
         options.first_bucket_cap_bytes);
   });
   impl_->reducer->register_comm_hook(std::make_unique<ObservedAllReduce>(
-      pg, impl_->env.world_size, std::move(options.on_bucket), impl_->counters));
+      pg, impl_->env, std::move(options.on_bucket), impl_->counters));
 }
 
 GradientReducer::~GradientReducer() = default;

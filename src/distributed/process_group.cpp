@@ -39,20 +39,24 @@ c10::intrusive_ptr<c10d::Store> open_store(const LaunchEnvironment& env) {
   options.waitWorkers = true;
   options.timeout = env.timeout;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  std::string reason;
   try {
     return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
   } catch (const c10::Error& e) {
-    if (env.rank == 0) {
-      throw_value_error("[distributed] rank 0 could not open the rendezvous store at " + where +
+    reason = e.what_without_backtrace();
+  } catch (const std::exception& e) {  // c10d's socket errors are std::runtime_errors
+    reason = e.what();
+  }
+  if (env.rank == 0) {
+    throw_value_error("[distributed] rank 0 could not open the rendezvous store at " + where +
                         " (MASTER_ADDR:MASTER_PORT) or not every rank joined it within " + timeout_text(env) +
-                        ": " + e.what_without_backtrace() +
+                        ": " + reason +
                         ". If the port is in use (another run?), choose another MASTER_PORT; if ranks are missing, "
                         "check that all WORLD_SIZE=" + std::to_string(env.world_size) + " processes were started");
-    }
-    throw_value_error("[distributed] " + env.describe() + " could not reach rank 0's rendezvous store at " + where +
-                      " (MASTER_ADDR:MASTER_PORT) within " + timeout_text(env) + ": " + e.what_without_backtrace() +
-                      ". Check that rank 0 is running and that this machine can reach that address and port");
   }
+  throw_value_error("[distributed] " + env.describe() + " could not reach rank 0's rendezvous store at " + where +
+                    " (MASTER_ADDR:MASTER_PORT) within " + timeout_text(env) + ": " + reason +
+                    ". Check that rank 0 is running and that this machine can reach that address and port");
 }
 
 // The first line where two texts differ, quoted for a message.
@@ -101,6 +105,12 @@ Backend choose_backend(const std::string& requested, const c10::Device& device) 
   return backend;
 }
 
+std::string collective_failure_message(const LaunchEnvironment& env, const std::string& why, const std::string& c10d) {
+  return "[distributed] " + env.describe() + ": " + why +
+         " failed: another rank stopped (it died, was killed, or failed) or did not answer within " + timeout_text(env) +
+         ". c10d: " + c10d;
+}
+
 void with_collective_errors(const LaunchEnvironment& env, const std::string& why,
                             const std::function<void()>& operation) {
   try {
@@ -108,11 +118,9 @@ void with_collective_errors(const LaunchEnvironment& env, const std::string& why
   } catch (const c10::ValueError&) {
     throw;  // already ours
   } catch (const c10::Error& e) {
-    throw_value_error("[distributed] " + env.describe() + ": " + why +
-                      " failed: another rank stopped (it died, was killed, or failed) or did not answer within " +
-                      timeout_text(env) + ". c10d: " + e.what_without_backtrace());
+    throw_value_error(collective_failure_message(env, why, e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw_value_error("[distributed] " + env.describe() + ": " + why + " failed: " + e.what());
+    throw_value_error(collective_failure_message(env, why, e.what()));
   }
 }
 
@@ -123,7 +131,8 @@ const LaunchEnvironment& ProcessGroup::environment() const { return impl_->env; 
 Backend ProcessGroup::backend() const { return impl_->backend; }
 
 std::unique_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env, Backend backend) {
-  TORCH_CHECK_VALUE(env.distributed(), "[distributed] connect needs WORLD_SIZE > 1, got ", env.world_size);
+  TORCH_CHECK_VALUE(env.world_size >= 1 && env.rank >= 0 && env.rank < env.world_size, "[distributed] rank ",
+                    env.rank, " of ", env.world_size, " is not a place in a run");
   auto impl = std::make_unique<Impl>();
   impl->env = env;
   impl->backend = backend;
@@ -176,6 +185,7 @@ void ProcessGroup::all_reduce_sum(std::vector<at::Tensor>& tensors, const std::s
   });
 }
 
+ProcessGroup::PendingSum::PendingSum() = default;
 ProcessGroup::PendingSum::PendingSum(PendingSum&&) noexcept = default;
 ProcessGroup::PendingSum& ProcessGroup::PendingSum::operator=(PendingSum&&) noexcept = default;
 ProcessGroup::PendingSum::~PendingSum() = default;

@@ -13,6 +13,9 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::ProcessGroup> group;
 };
 
+/// The message of a failed collective: this rank, what it was doing, the timeout, c10d's words.
+std::string collective_failure_message(const LaunchEnvironment& env, const std::string& why, const std::string& c10d);
+
 struct ProcessGroup::PendingSum::State {
   LaunchEnvironment env;
   std::string why;

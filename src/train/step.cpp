@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/torch.h>
 
@@ -79,7 +80,12 @@ std::vector<at::Tensor> TrainingStep::forward_backward(const std::vector<Batch>&
     at::Tensor loss;
     {
       AutocastGuard mixed_precision(autocast);
-      loss = model_.flow_matching_loss(batch, settings_.flow, generator);
+      if (batch.noise_seed) {
+        at::Generator own = at::detail::createCPUGenerator(*batch.noise_seed);
+        loss = model_.flow_matching_loss(batch, settings_.flow, own);
+      } else {
+        loss = model_.flow_matching_loss(batch, settings_.flow, generator);
+      }
     }
     for (auto* o : observers_) o->forward_done(device_);
     // Gradient accumulation scales each loss by 1/n (exact, and skipped, for one micro-batch).

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "remat/distributed/environment.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
@@ -24,6 +25,7 @@
 #include "remat/train/base_precision.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
+#include "data_parallel.h"
 #include "remat/train/family.h"
 #include "remat/train/image_data.h"
 #include "remat/train/optimizer.h"
@@ -43,6 +45,8 @@
 //     Lion's momentum) is saved; the learning rate is a pure function of the step;
 //   - the trainable weights are saved exactly (float32 bits).
 // Frozen weights are rebuilt from the same seed or pretrained file, so they need no saving.
+// Several processes: every rank computes the same weights (Note [One run, any world size]);
+// rank 0 writes the checkpoint, with its generator states, and every rank restores from it.
 // Validation images draw nothing from these generators (Note [Validation and the training run]).
 
 namespace remat::train {
@@ -99,22 +103,36 @@ class Trainer {
   void setup();
   void plan_checkpointing();
   void train_step(int64_t step);
-  void flush_records(TrainResult& result, MetricsWriter& metrics, ProgressReporter& progress);
-  Batch next_batch();
+  void flush_records(TrainResult& result, MetricsWriter* metrics, ProgressReporter& progress);
+  /// Advances to the run's next batch; loads it (with its noise seed) when `load`.
+  std::optional<Batch> next_batch(bool load);
   void setup_image_data();
   void plan_epoch(int64_t epoch);
   int64_t epoch_length() const;
   Batch read_batch(int64_t i) const;
   std::string save_checkpoint();
   void validate(int64_t step, TrainResult& result);
+  void render_validation(int64_t step, TrainResult& result);
   std::string save_weights();
+  std::string write_weights();
   void resume(const std::string& path, int64_t batches_per_epoch);
   int64_t steps_for_epochs(int64_t batches_per_epoch) const;
+  void join_other_ranks();
+  void start_gradient_sync();
+  /// Micro-batches per optimizer step over all ranks (gradient_accumulation_steps x world size).
+  int64_t batches_per_step() const { return config_.gradient_accumulation_steps * env_.world_size; }
+  bool main_rank() const { return env_.is_main(); }
+  /// Waits for every rank (several processes; no-op for one).
+  void barrier(const std::string& why) {
+    if (group_) group_->barrier(why);
+  }
+  bool any_rank_stopping();
 
   // A step whose loss and gradient norm are still on the device (Note [Reading the loss]).
   struct PendingRecord {
     StepRecord record;
     StepResult result;
+    distributed::ProcessGroup::PendingSum loss_sum;  ///< several processes: the losses of every rank
   };
 
   TrainConfig config_;
@@ -139,11 +157,67 @@ class Trainer {
   std::vector<std::vector<int64_t>> epoch_order_;
   int64_t total_steps_ = 0;
   std::unique_ptr<ValidationRenderer> validation_;  // when the run renders validation images
+  // Several processes (Note [One run, any world size]): set up by join_other_ranks.
+  distributed::LaunchEnvironment env_;
+  std::unique_ptr<distributed::ProcessGroup> group_;
+  std::unique_ptr<distributed::GradientReducer> reducer_;
+  std::unique_ptr<ReducerSynchronizer> gradient_sync_;
 };
+
+// The other processes of the run, from torchrun's environment: the process group forms, the
+// ranks check they run one configuration, and each trains on its own device (cuda:LOCAL_RANK).
+void Trainer::join_other_ranks() {
+  if (!env_.distributed()) return;
+  if (device_.is_cuda()) device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank));
+  const char* requested = std::getenv(distributed::kBackendVariable);
+  const auto backend = distributed::choose_backend(requested ? requested : "auto", device_);
+  hooks_.log("[distributed] " + env_.describe() + " (local rank " + std::to_string(env_.local_rank) + " of " +
+             std::to_string(env_.local_world_size) + "), " + distributed::to_string(backend) + " on " + device_.str() +
+             ", rendezvous " + env_.master_addr + ":" + std::to_string(env_.master_port) + ", timeout " +
+             std::to_string(env_.timeout.count()) + " s");
+  group_ = distributed::ProcessGroup::connect(env_, backend);
+  group_->check_same_on_all_ranks("the configuration", canonical_config_text(config_));
+  hooks_.log("[distributed] global batch " + std::to_string(env_.world_size * config_.train_batch_size *
+                                                            config_.gradient_accumulation_steps) +
+             " = " + std::to_string(env_.world_size) + " processes x train_batch_size " +
+             std::to_string(config_.train_batch_size) + " x gradient_accumulation_steps " +
+             std::to_string(config_.gradient_accumulation_steps));
+}
+
+// Several processes: rank 0's trainable weights everywhere (they are equal already when built
+// from one seed or file; this makes it so whatever the source), then the gradient reducer.
+void Trainer::start_gradient_sync() {
+  if (!group_) return;
+  {
+    torch::NoGradGuard no_grad;
+    std::vector<at::Tensor> weights(params_.begin(), params_.end());
+    group_->broadcast(weights, 0, "sending rank 0's trainable weights");
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, p] : trainable_) names.push_back(name);
+  reducer_ = std::make_unique<distributed::GradientReducer>(*group_, params_, names);
+  gradient_sync_ = std::make_unique<ReducerSynchronizer>(*reducer_);
+  step_->set_gradient_synchronizer(gradient_sync_.get());
+  hooks_.log("[distributed] gradients of " + std::to_string(params_.size()) + " trainable tensors all-reduced in " +
+             std::to_string(reducer_->bucket_count()) + " bucket(s) during backward");
+}
+
+// The launcher's Ctrl-C reaches every rank, but not within the same step: the ranks agree to stop
+// when any of them was asked to.
+bool Trainer::any_rank_stopping() {
+  const bool here = hooks_.stop_requested && hooks_.stop_requested->load();
+  if (!group_) return here;
+  std::vector<at::Tensor> flag{at::full({1}, here ? 1.0f : 0.0f)};
+  group_->all_reduce_sum(flag, "agreeing whether to stop");
+  return flag[0].item<float>() > 0;
+}
 
 void Trainer::setup() {
   if (config_.torch_num_threads > 0) torch::set_num_threads(static_cast<int>(config_.torch_num_threads));
+  env_ = distributed::read_launch_environment();
   seed_ = config_.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
+  TORCH_CHECK_VALUE(config_.seed || !env_.distributed(), "[train] ", env_.world_size,
+                    " processes need a seed (--seed) so that every rank builds the same model and data order");
   torch::manual_seed(static_cast<uint64_t>(seed_));
   noise_generator_ = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) ^ 0x9e3779b97f4a7c15ULL);
 
@@ -164,8 +238,11 @@ void Trainer::setup() {
                "data_backend_config '" + *config_.data_backend_config + "' is not read");
   }
   check_output_dir(config_.output_dir);
-  for (const auto& line : remove_stale_checkpoint_temporaries(config_.output_dir)) {
-    hooks_.log("[train] interrupted checkpoint save: " + line);
+  join_other_ranks();
+  if (main_rank()) {  // rank 0 alone writes into output_dir
+    for (const auto& line : remove_stale_checkpoint_temporaries(config_.output_dir)) {
+      hooks_.log("[train] interrupted checkpoint save: " + line);
+    }
   }
   list_training_checkpoints(config_.output_dir);  // names it cannot read fail now, not at the first prune
   std::optional<std::string> resume_path;
@@ -184,7 +261,9 @@ void Trainer::setup() {
   // pipeline folder are checked before any encoder loads).
   if (image_run) setup_image_data();
   // The validation prompts are encoded now, and the text encoders freed, before the transformer loads.
-  if (config_.validation_requested()) validation_ = std::make_unique<ValidationRenderer>(config_, hooks_.log);
+  if (config_.validation_requested() && main_rank()) {  // rank 0 alone renders
+    validation_ = std::make_unique<ValidationRenderer>(config_, hooks_.log);
+  }
 
   TransformerSpec spec;
   spec.family = config_.model_family;
@@ -260,6 +339,7 @@ void Trainer::setup() {
   step_ = std::make_unique<TrainingStep>(*model_, *optimizer_, params_, step_settings_);
   step_->add_observer(&peak_);
   if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing();
+  start_gradient_sync();  // after the profile, whose backward must not reach the reducer
 
   const int64_t batches_per_epoch = images_ ? images_->batches_per_epoch()
                                             : BatchSampler(data_->shapes(), config_.train_batch_size).batches_per_epoch();
@@ -274,6 +354,15 @@ void Trainer::setup() {
 void Trainer::setup_image_data() {
   const ScannedImageData scanned = scan_image_data(config_, hooks_.log);
   image_pipeline_folder(config_);  // a clear error before the caching phase starts
+  if (group_) {
+    // Each rank encodes its share, then one pass over everything (all current by then) gives
+    // every rank the same report and samples.
+    const data::CacheReport share = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal,
+                                                     env_.rank, env_.world_size);
+    hooks_.log("[cache] " + env_.describe() + " encoded " + std::to_string(share.images_encoded) + " image(s) and " +
+               std::to_string(share.captions_encoded) + " caption(s) of its share");
+    barrier("every rank's share of the caches written");
+  }
   const data::CacheReport report = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal);
   for (const auto& line : describe_cache_report(report)) hooks_.log(line);
   const auto datasets = cached_datasets(scanned, report);
@@ -349,7 +438,17 @@ void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
   expected.optional_rng = {
       {"cuda", device_.is_cuda() ? at::globalContext().defaultGenerator(device_).get_state().numel() : -1}};
   expected.batches_per_epoch = batches_per_epoch;
-  expected.gradient_accumulation_steps = config_.gradient_accumulation_steps;
+  // Batches per step of the run that wrote it (another world size may have; Note [One run, any world size]).
+  expected.gradient_accumulation_steps = batches_per_step();
+  if (const auto it = checkpoint.facts.find("batches_per_step"); it != checkpoint.facts.end()) {
+    try {
+      expected.gradient_accumulation_steps = std::max<int64_t>(expected.gradient_accumulation_steps, std::stoll(it->second));
+    } catch (const std::exception&) {
+      throw ValidationError("resume_from_checkpoint", path,
+                            "[train] " + path + "/state.json: facts.batches_per_step must be an integer, got '" +
+                                it->second + "'");
+    }
+  }
   expected.optimizer_fields = optimizer_state_fields(*optimizer_);
   validate_training_checkpoint(checkpoint, path, expected);
 
@@ -362,6 +461,12 @@ void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
   restore_generators(checkpoint.rng, noise_generator_, device_);
   position_ = checkpoint.position;
   hooks_.log("[train] resumed from " + path + " at step " + std::to_string(position_.global_step));
+  const auto saved_world = checkpoint.facts.find("world_size");
+  if (saved_world != checkpoint.facts.end() && saved_world->second != std::to_string(env_.world_size)) {
+    hooks_.log("[train] the checkpoint was written by " + saved_world->second + " process(es); this run has " +
+               std::to_string(env_.world_size) + ": training continues from the same batch with a global batch of " +
+               std::to_string(batches_per_step() * config_.train_batch_size) + " samples per step");
+  }
 }
 
 // num_train_epochs as optimizer steps: ceil(epochs x batches per epoch / accumulation), checked
@@ -370,25 +475,29 @@ void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
 int64_t Trainer::steps_for_epochs(int64_t batches_per_epoch) const {
   int64_t batches = 0;
   const bool overflow = __builtin_mul_overflow(config_.num_train_epochs, batches_per_epoch, &batches);
-  const int64_t steps =
-      overflow ? 0 : batches / config_.gradient_accumulation_steps + (batches % config_.gradient_accumulation_steps != 0);
+  const int64_t per_step = batches_per_step();
+  const int64_t steps = overflow ? 0 : batches / per_step + (batches % per_step != 0);
   if (overflow || steps > kMaxTrainSteps) {
     throw ValidationError("num_train_epochs", std::to_string(config_.num_train_epochs),
                           "[train] num_train_epochs " + std::to_string(config_.num_train_epochs) + " x " +
-                              std::to_string(batches_per_epoch) + " batches per epoch / gradient_accumulation_steps " +
-                              std::to_string(config_.gradient_accumulation_steps) + " must be at most " +
+                              std::to_string(batches_per_epoch) + " batches per epoch / (gradient_accumulation_steps x processes) " +
+                              std::to_string(per_step) + " must be at most " +
                               std::to_string(kMaxTrainSteps) + " steps; lower num_train_epochs or set max_train_steps");
   }
   return steps;
 }
 
-Batch Trainer::next_batch() {
+std::optional<Batch> Trainer::next_batch(bool load) {
   if (position_.batch_in_epoch >= epoch_length()) {
     ++position_.epoch;
     position_.batch_in_epoch = 0;
     plan_epoch(position_.epoch);
   }
-  return batch_to(read_batch(position_.batch_in_epoch++), device_);
+  const int64_t index = position_.batch_in_epoch++;
+  if (!load) return std::nullopt;  // another rank's
+  Batch batch = batch_to(read_batch(index), device_);
+  batch.noise_seed = batch_noise_seed(seed_, position_.epoch, index);
+  return batch;
 }
 
 // Note [Reading the loss]
@@ -399,13 +508,21 @@ Batch Trainer::next_batch() {
 void Trainer::train_step(int64_t step) {
   const double lr = lr_at_step(schedule_, step - 1);
   set_learning_rate(*optimizer_, lr);
+  // The step's batches of the whole run, this rank's share loaded (Note [One run, any world size]).
   std::vector<Batch> micro_batches;
-  for (int64_t micro = 0; micro < config_.gradient_accumulation_steps; ++micro) {
-    micro_batches.push_back(next_batch());
+  for (int64_t j = 0; j < batches_per_step(); ++j) {
+    const bool mine = j % env_.world_size == env_.rank;
+    if (auto batch = next_batch(mine)) micro_batches.push_back(std::move(*batch));
   }
   const auto start = std::chrono::steady_clock::now();
   PendingRecord pending;
+  // A rank that dies or hangs fails the gradient all-reduce inside backward, with a message
+  // naming it (GradientReducer); every other collective names itself too.
   pending.result = step_->run(micro_batches, noise_generator_);
+  if (group_) {
+    pending.loss_sum = group_->all_reduce_sum_async(pending.result.micro_losses, "summing the losses of step " +
+                                                                                    std::to_string(step));
+  }
   pending.record.step = step;
   pending.record.learning_rate = lr;
   pending.record.step_seconds =
@@ -414,19 +531,33 @@ void Trainer::train_step(int64_t step) {
   pending_.push_back(std::move(pending));
 }
 
-void Trainer::flush_records(TrainResult& result, MetricsWriter& metrics, ProgressReporter& progress) {
+// Several processes: the loss is the mean over every rank's micro-batches (summed while the next
+// steps ran); the gradient norm is every rank's (the gradients are equal); the peak is this rank's.
+// Rank 0 alone writes metrics.jsonl and shows progress.
+void Trainer::flush_records(TrainResult& result, MetricsWriter* metrics, ProgressReporter& progress) {
   for (auto& p : pending_) {
-    p.record.loss = p.result.loss();
+    if (group_) {
+      const at::Tensor sum = p.loss_sum.wait().to(at::kDouble);
+      p.record.loss = sum.sum().item<double>() / static_cast<double>(batches_per_step());
+    } else {
+      p.record.loss = p.result.loss();
+    }
     p.record.grad_norm = p.result.grad_norm_value();
-    metrics.write(p.record);
-    progress.update(p.record);
+    if (metrics) metrics->write(p.record);
+    if (main_rank()) progress.update(p.record);
     result.records.push_back(p.record);
     if (hooks_.on_step) hooks_.on_step(p.record);
   }
   pending_.clear();
 }
 
+// Rank 0 writes (atomically: a temporary directory renamed); the others wait at the barrier, so
+// none goes on, or resumes, before the checkpoint is whole. Every rank returns its path.
 std::string Trainer::save_checkpoint() {
+  if (!main_rank()) {
+    barrier("checkpoint at step " + std::to_string(position_.global_step) + " written by rank 0");
+    return (fs::path(config_.output_dir) / ("checkpoint-" + std::to_string(position_.global_step))).string();
+  }
   TrainingCheckpoint checkpoint;
   checkpoint.position = position_;
   for (const auto& [name, p] : trainable_) checkpoint.trainable.emplace_back(name, p.detach());
@@ -435,16 +566,28 @@ std::string Trainer::save_checkpoint() {
   checkpoint.facts = {{"model_family", config_.model_family},
                       {"model_flavour", config_.model_flavour},
                       {"model_type", config_.model_type},
-                      {"seed", std::to_string(seed_)}};
+                      {"seed", std::to_string(seed_)},
+                      {"world_size", std::to_string(env_.world_size)},
+                      {"batches_per_step", std::to_string(batches_per_step())}};
   const std::string path = save_training_checkpoint(config_.output_dir, checkpoint);
   for (const auto& removed : prune_training_checkpoints(config_.output_dir, config_.checkpoints_total_limit)) {
     hooks_.log("[train] removed old checkpoint " + removed);
   }
+  barrier("checkpoint at step " + std::to_string(position_.global_step) + " written by rank 0");
   return path;
 }
 
+// Rank 0 writes the weights (every rank holds the same); the others wait for them.
 std::string Trainer::save_weights() {
+  const std::string path = write_weights();
+  barrier("final weights written by rank 0");
+  return path;
+}
+
+std::string Trainer::write_weights() {
   const fs::path dir(config_.output_dir);
+  const fs::path final_path = dir / (config_.model_type == "lora" ? kLoraWeightsFile : kFullWeightsFile);
+  if (!main_rank()) return final_path.string();
   if (config_.model_type == "lora") {
     std::vector<io::NamedTensor> entries;
     for (const auto& [key, tensor] : models::lora_state_dict(model_->module())) {
@@ -481,6 +624,15 @@ std::string Trainer::save_weights() {
 // Validation between optimizer steps: the next step resets the peak it reports when it begins, so
 // validation's own peak is measured here and never counted in a step's.
 void Trainer::validate(int64_t step, TrainResult& result) {
+  if (!validation_) {  // not rank 0: wait for its pictures
+    barrier("validation at step " + std::to_string(step) + " rendered by rank 0");
+    return;
+  }
+  render_validation(step, result);
+  barrier("validation at step " + std::to_string(step) + " rendered by rank 0");
+}
+
+void Trainer::render_validation(int64_t step, TrainResult& result) {
   auto& flux = dynamic_cast<models::FluxImpl&>(model_->module());  // validation_pipeline_folder checked the family
   // Pictures are for looking at; a failed one (a full disk, say) must not end hours of training.
   // The renderer leaves the model in training mode and the generators as they were either way.
@@ -498,7 +650,9 @@ TrainResult Trainer::run() {
   fs::create_directories(config_.output_dir);
   TrainResult result;
   const bool resumed = position_.global_step > 0;
-  MetricsWriter metrics((fs::path(config_.output_dir) / kMetricsFile).string(), /*append=*/resumed);
+  std::optional<MetricsWriter> metrics;
+  if (main_rank()) metrics.emplace((fs::path(config_.output_dir) / kMetricsFile).string(), /*append=*/resumed);
+  MetricsWriter* metrics_out = metrics ? &*metrics : nullptr;
   ProgressReporter progress(total_steps_, hooks_.progress_is_terminal,
                             hooks_.progress_stream ? hooks_.progress_stream : stdout,
                             config_.report_every);
@@ -507,9 +661,9 @@ TrainResult Trainer::run() {
                std::to_string(total_steps_) + "; nothing to train");
   }
   // The gallery's "before training" row, on a fresh start only (a resumed run has it already).
-  if (validation_ && !resumed && config_.validation_on_startup) validate(0, result);
+  if (config_.validation_requested() && !resumed && config_.validation_on_startup) validate(0, result);
   for (int64_t step = position_.global_step + 1; step <= total_steps_; ++step) {
-    if (hooks_.stop_requested && hooks_.stop_requested->load()) {
+    if (any_rank_stopping()) {
       result.interrupted = true;
       break;
     }
@@ -517,12 +671,12 @@ TrainResult Trainer::run() {
     position_.global_step = step;
     const bool checkpoint_now = config_.checkpoint_step_interval > 0 && step % config_.checkpoint_step_interval == 0;
     if (hooks_.on_step || checkpoint_now || step % config_.report_every == 0 || step == total_steps_) {
-      flush_records(result, metrics, progress);
+      flush_records(result, metrics_out, progress);
     }
     if (checkpoint_now) result.last_checkpoint = save_checkpoint();
-    if (validation_ && validation_due(config_, step)) validate(step, result);
+    if (config_.validation_requested() && validation_due(config_, step)) validate(step, result);
   }
-  flush_records(result, metrics, progress);
+  flush_records(result, metrics_out, progress);
   progress.finish();
   if (result.interrupted) {
     result.last_checkpoint = save_checkpoint();

@@ -39,6 +39,7 @@ class REMAT_API ProcessGroup {
   /// Joins the run: rank 0 opens the rendezvous store on MASTER_PORT (a port in use is a clear
   /// error), every rank connects to it (an unreachable master fails after env.timeout naming
   /// the address), then the process group forms. Throws c10::ValueError for either failure.
+  /// A group of one process works too (tests and benchmarks run the real reducer with it).
   static std::unique_ptr<ProcessGroup> connect(const LaunchEnvironment& env, Backend backend);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -60,7 +61,7 @@ class REMAT_API ProcessGroup {
   /// losses of a step, summed while the next steps run).
   class REMAT_API PendingSum {
    public:
-    PendingSum() = default;
+    PendingSum();
     PendingSum(PendingSum&&) noexcept;
     PendingSum& operator=(PendingSum&&) noexcept;
     ~PendingSum();

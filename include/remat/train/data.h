@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,6 +66,10 @@ struct Batch {
   at::Tensor latents;               ///< (B, C, H, W)
   at::Tensor prompt_embeds;         ///< (B, L, D)
   at::Tensor pooled_prompt_embeds;  ///< (B, P); undefined unless pooled
+  /// Seeds this batch's own noise and sigmas generator (TrainingStep); unset: they come from the
+  /// generator the step is given. The trainer sets it from the batch's place in the run, so a
+  /// batch draws the same noise whichever process trains it (Note [One run, any world size]).
+  std::optional<uint64_t> noise_seed;
 };
 
 /// Deterministic shuffled batches over samples bucketed by shape.
