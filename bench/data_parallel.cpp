@@ -268,6 +268,7 @@ int run_driver(DataParallelOptions o) {
     json single, multi;
     std::vector<json> single_ranks;
     for (const int64_t world : {int64_t{1}, o.processes}) {
+      std::fprintf(stderr, "[bench] %s, %lld process(es)\n", mode.c_str(), static_cast<long long>(world));
       const std::vector<json> ranks = run_workers(o, world, scratch);
       json s = summarise(ranks, o.batch);
       (world == 1 ? single : multi) = s;
