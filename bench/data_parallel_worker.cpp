@@ -20,26 +20,12 @@
 #include "remat/distributed/process_group.h"
 #include "remat/memory.h"
 #include "remat/train/optimizer.h"
+#include "remat/train/reducer_synchronizer.h"
 #include "remat/train/step.h"
 #include "remat/train/transformer.h"
 
 namespace remat::bench {
 namespace {
-
-// The step's gradient-sync seam over the reducer. The reducer all-reduces inside the last
-// micro-batch's backward, so finish() has nothing left to wait for; its gradients are views into
-// the buckets, so the step zeroes them instead of freeing them.
-class ReducerSynchronizer : public train::GradientSynchronizer {
- public:
-  explicit ReducerSynchronizer(distributed::GradientReducer& reducer) : reducer_(reducer) {}
-  void before_forward(bool last) override { reducer_.before_forward(last); }
-  void before_backward(const at::Tensor& loss, bool last) override { reducer_.before_backward(loss, last); }
-  void after_backward(bool last) override { reducer_.after_backward(last); }
-  bool gradients_are_views() const override { return true; }
-
- private:
-  distributed::GradientReducer& reducer_;
-};
 
 CheckpointPlan plan_of(const std::string& checkpoint) {
   if (checkpoint == "off") return CheckpointPlan::off();
@@ -109,13 +95,13 @@ int run_data_parallel_worker(const DataParallelOptions& o) {
 
   std::atomic<int64_t> bytes_launched{0};
   std::unique_ptr<distributed::GradientReducer> reducer;
-  std::unique_ptr<ReducerSynchronizer> synchronizer;
+  std::unique_ptr<train::ReducerSynchronizer> synchronizer;
   if (group) {
     distributed::ReducerOptions reducer_options;
     // Also installs the reducer's timing of each bucket's all-reduce (ReducerStats).
     reducer_options.on_bucket = [&bytes_launched](const distributed::BucketLaunch& b) { bytes_launched += b.bytes; };
     reducer = std::make_unique<distributed::GradientReducer>(*group, params, names, reducer_options);
-    synchronizer = std::make_unique<ReducerSynchronizer>(*reducer);
+    synchronizer = std::make_unique<train::ReducerSynchronizer>(*reducer);
   }
   train::TrainingStep step(*model, *optimizer, params, settings);
   train::TimingObserver timing;

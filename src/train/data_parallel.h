@@ -1,13 +1,9 @@
 #pragma once
 // What the trainer needs to run as one of several processes (Note [One run, any world size]).
-#include <memory>
+#include <cstdint>
 #include <string>
-#include <vector>
 
-#include "remat/distributed/gradient_reducer.h"
-#include "remat/distributed/process_group.h"
 #include "remat/train/config.h"
-#include "remat/train/step.h"
 
 namespace remat::train {
 
@@ -31,18 +27,5 @@ uint64_t batch_noise_seed(int64_t seed, int64_t epoch, int64_t index);
 /// The options that decide what a run computes, one "name=value" per line (every option the
 /// registry renders, in registry order): ranks compare it at start.
 std::string canonical_config_text(const TrainConfig& config);
-
-/// The step's GradientSynchronizer over a c10d gradient reducer.
-class ReducerSynchronizer : public GradientSynchronizer {
- public:
-  explicit ReducerSynchronizer(distributed::GradientReducer& reducer) : reducer_(reducer) {}
-  void before_forward(bool last) override { reducer_.before_forward(last); }
-  void before_backward(const at::Tensor& loss, bool last) override { reducer_.before_backward(loss, last); }
-  void after_backward(bool last) override { reducer_.after_backward(last); }
-  bool gradients_are_views() const override { return true; }
-
- private:
-  distributed::GradientReducer& reducer_;
-};
 
 }  // namespace remat::train

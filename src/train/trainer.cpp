@@ -14,6 +14,8 @@
 #include <torch/torch.h>
 
 #include "remat/distributed/environment.h"
+#include "remat/distributed/gradient_reducer.h"
+#include "remat/distributed/process_group.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
@@ -29,12 +31,14 @@
 #include "remat/train/family.h"
 #include "remat/train/image_data.h"
 #include "remat/train/optimizer.h"
+#include "remat/train/reducer_synchronizer.h"
 #include "remat/train/schedule.h"
 #include "remat/train/startup_checks.h"
 #include "remat/train/step.h"
 #include "remat/train/training_state.h"
 #include "remat/train/transformer.h"
 #include "remat/train/validation_images.h"
+#include "remat/train/zero_optimizer.h"
 
 // Note [Exact resume]
 // A run is a deterministic function of (config, seed) when every source of variation is saved:
@@ -85,6 +89,18 @@ void restore_generators(const std::vector<io::NamedTensor>& states, at::Generato
       gen.set_state(state);
     }
   }
+}
+
+std::vector<int64_t> tensor_bytes(const std::vector<at::Tensor>& tensors) {
+  std::vector<int64_t> bytes;
+  for (const auto& t : tensors) bytes.push_back(static_cast<int64_t>(t.numel() * t.element_size()));
+  return bytes;
+}
+
+int64_t total_bytes(const std::vector<at::Tensor>& tensors) {
+  int64_t sum = 0;
+  for (const auto b : tensor_bytes(tensors)) sum += b;
+  return sum;
 }
 
 class Trainer {
@@ -162,6 +178,7 @@ class Trainer {
   std::unique_ptr<distributed::ProcessGroup> group_;
   std::unique_ptr<distributed::GradientReducer> reducer_;
   std::unique_ptr<ReducerSynchronizer> gradient_sync_;
+  ZeroRedundancyOptimizer* zero_ = nullptr;  // optimizer_, when deepspeed_config asks for ZeRO-1
 };
 
 // The other processes of the run, from torchrun's environment: the process group forms, the
@@ -283,6 +300,8 @@ void Trainer::setup() {
     use.lora_flag = "--model_type=lora";
     use.base_precision = spec.base_precision;
     use.precision_flag = "--base_model_precision";
+    use.world_size = env_.world_size;  // the prediction is per process
+    use.zero_stage = config_.zero_stage;
     admit_model(spec, use, device_);
   }
   if (!image_run) data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
@@ -325,7 +344,19 @@ void Trainer::setup() {
   hooks_.log("[train] " + std::to_string(count) + " trainable parameters in " +
              std::to_string(params_.size()) + " tensors");
   const OptimizerSettings optimizer = optimizer_settings(config_);
-  optimizer_ = make_optimizer(params_, optimizer);
+  if (config_.zero_stage == 1) {
+    check_zero_run(config_.zero_stage, config_.model_type, optimizer.name, env_.world_size);
+    auto zero = std::make_unique<ZeroRedundancyOptimizer>(*group_, params_, optimizer);
+    zero_ = zero.get();
+    const auto owned = bytes_per_rank(tensor_bytes(params_), zero->owners(), env_.world_size);
+    hooks_.log("[distributed] ZeRO stage 1: this rank keeps the optimizer state of " +
+               std::to_string(zero->owned_parameters().size()) + " of " + std::to_string(params_.size()) +
+               " trainable tensors (" + memory::format_bytes(owned[env_.rank]) + " of " +
+               memory::format_bytes(total_bytes(params_)) + " of weights)");
+    optimizer_ = std::move(zero);
+  } else {
+    optimizer_ = make_optimizer(params_, optimizer);
+  }
   hooks_.log("[train] optimizer " + optimizer.name + ": betas (" + render_number(optimizer.beta1) + ", " +
              render_number(optimizer.beta2) + "), weight decay " + render_number(optimizer.weight_decay) +
              (optimizer.name == "optimi-lion" ? std::string() : ", eps " + render_number(optimizer.epsilon)));
@@ -554,6 +585,10 @@ void Trainer::flush_records(TrainResult& result, MetricsWriter* metrics, Progres
 // Rank 0 writes (atomically: a temporary directory renamed); the others wait at the barrier, so
 // none goes on, or resumes, before the checkpoint is whole. Every rank returns its path.
 std::string Trainer::save_checkpoint() {
+  // ZeRO-1: every rank sends its shard of the optimizer state to rank 0 (a collective), which
+  // writes the whole state: the checkpoint is that of one process, whatever the world size.
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state_now =
+      zero_ ? zero_->gather_full_state(trainable_) : std::vector<std::pair<std::string, at::Tensor>>{};
   if (!main_rank()) {
     barrier("checkpoint at step " + std::to_string(position_.global_step) + " written by rank 0");
     return (fs::path(config_.output_dir) / ("checkpoint-" + std::to_string(position_.global_step))).string();
@@ -561,7 +596,7 @@ std::string Trainer::save_checkpoint() {
   TrainingCheckpoint checkpoint;
   checkpoint.position = position_;
   for (const auto& [name, p] : trainable_) checkpoint.trainable.emplace_back(name, p.detach());
-  checkpoint.optimizer = optimizer_state(*optimizer_, trainable_);
+  checkpoint.optimizer = zero_ ? std::move(optimizer_state_now) : optimizer_state(*optimizer_, trainable_);
   checkpoint.rng = generator_states(noise_generator_, device_);
   checkpoint.facts = {{"model_family", config_.model_family},
                       {"model_flavour", config_.model_flavour},
