@@ -29,7 +29,7 @@ expect() {
 }
 
 expect 0 "LOCAL_WORLD_SIZE=N" -- "$remat" launch --help
-expect 0 "128 + the signal" -- "$remat" launch --help
+expect 0 "(137 for SIGKILL)" -- "$remat" launch --help
 expect 2 "[launch] --nproc_per_node must be an integer in [1, 1024] (workers on this node), got '0'" -- "$remat" launch --nproc_per_node 0 -- train
 expect 2 "got 'two'" -- "$remat" launch --nproc-per-node=two -- train
 expect 2 "[launch] --master_port must be a port in [1, 65535], got '70000'" -- "$remat" launch --nproc_per_node 2 --master_port 70000 -- train
