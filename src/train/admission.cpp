@@ -8,6 +8,7 @@
 #include "remat/models/lora.h"
 #include "remat/train/config.h"
 #include "remat/train/family.h"
+#include "remat/train/zero_optimizer.h"
 
 namespace remat::train {
 namespace {
@@ -31,6 +32,10 @@ std::string describe(const MemoryDemand& d) {
   if (d.trainable > 0) {
     out += ", gradients " + memory::format_bytes(d.gradient_bytes) + ", AdamW state " +
            memory::format_bytes(d.optimizer_bytes);
+    if (d.optimizer_shards > 1) {
+      out += " (ZeRO-1: this rank's shard of " + std::to_string(d.optimizer_shards) + "), weight broadcast " +
+             memory::format_bytes(d.broadcast_bytes);
+    }
   }
   return out + ")";
 }
@@ -75,7 +80,34 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
   }
   d.gradient_bytes = d.trainable * 4;
   d.optimizer_bytes = d.trainable * 8;
+  if (use.zero_stage == 1 && use.world_size > 1 && use.training && use.lora_rank == 0) {
+    // The assignment ZeroRedundancyOptimizer makes, over the tensors the config names: the Linear
+    // weights in registration order, then everything else (biases, norms) as one tensor.
+    std::vector<int64_t> sizes;
+    int64_t linear = 0;
+    if (family.linear_layers) {
+      for (const auto& layer : family.linear_layers(resolved)) {
+        sizes.push_back(layer.in_features * layer.out_features);
+        linear += sizes.back();
+      }
+    }
+    sizes.push_back(std::max<int64_t>(0, base - linear));
+    const auto per_rank = bytes_per_rank(sizes, assign_to_ranks(sizes, use.world_size), use.world_size);
+    const int64_t largest = *std::max_element(per_rank.begin(), per_rank.end());
+    d.optimizer_bytes = largest * 8;
+    d.optimizer_shards = use.world_size;
+    d.broadcast_bytes = std::min<int64_t>(ZeroRedundancyOptimizer::kDefaultBucketBytes, largest * 4);
+  }
   return d;
+}
+
+std::optional<MemoryDemand> predict_rank_memory(const TransformerSpec& spec, ModelUse use, int world_size,
+                                                int zero_stage) {
+  TORCH_CHECK_VALUE(world_size >= 1, "[memory] world_size must be >= 1, got ", world_size);
+  TORCH_CHECK_VALUE(zero_stage == 0 || zero_stage == 1, "[memory] zero_stage must be 0 or 1, got ", zero_stage);
+  use.world_size = world_size;
+  use.zero_stage = zero_stage;
+  return predict_model_memory(spec, use);
 }
 
 void admit_model(const TransformerSpec& spec, const ModelUse& use, const c10::Device& device,

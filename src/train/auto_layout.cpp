@@ -37,6 +37,7 @@
 #include "remat/memory.h"
 #include "remat/autocast.h"
 #include "remat/train/optimizer.h"
+#include "remat/train/zero_optimizer.h"
 
 namespace remat::train {
 namespace {
@@ -205,7 +206,10 @@ StepModel profile_step(Transformer& model, torch::optim::Optimizer& optimizer,
   out.stack_sizes = model.stack_sizes();
   const int64_t parameter_bytes = storage_bytes(parameters);
   if (!optimizer_has_state(optimizer)) {
-    out.missing_optimizer_state_bytes = optimizer_state_bytes(optimizer_kind, parameters);
+    // ZeRO-1: this rank will hold the state of its own tensors only.
+    const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer);
+    out.missing_optimizer_state_bytes =
+        optimizer_state_bytes(optimizer_kind, zero ? zero->owned_parameters() : parameters);
   }
   const int64_t missing = out.missing_optimizer_state_bytes;
 

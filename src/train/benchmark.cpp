@@ -23,6 +23,7 @@
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
 #include "remat/train/step.h"
+#include "remat/train/zero_optimizer.h"
 #include "remat/stats.h"
 
 namespace remat::train {
@@ -109,6 +110,38 @@ std::vector<std::string> default_benchmark_layouts(bool cuda, int64_t min_peak_b
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   return names;
+}
+
+DataParallelPrediction predict_data_parallel_memory(const Chain& chain, const Layout& layout, int64_t weight_bytes,
+                                                    const std::vector<at::Tensor>& parameters,
+                                                    const OptimizerSettings& settings, int64_t world_size, bool zero) {
+  TORCH_CHECK_VALUE(world_size >= 1 && world_size <= 65536, "[bench] world_size must be in [1, 65536], got ",
+                    world_size);
+  DataParallelPrediction d;
+  d.world_size = world_size;
+  d.weight_bytes = weight_bytes;
+  for (const auto& p : parameters) d.gradient_bytes += static_cast<int64_t>(p.numel() * p.element_size());
+  d.optimizer_bytes = optimizer_state_bytes(settings, parameters);
+  // The reducer's gradients exist from the step's start (StepProfileOptions::gradients_persist).
+  Chain plain = chain;
+  for (auto& block : plain.blocks) {
+    plain.fixed_bytes += block.parameter_grad_bytes;
+    block.parameter_grad_bytes = 0;
+  }
+  d.plain_peak_bytes = predict(plain, layout).peak_bytes;
+  if (!zero) return d;
+  const int ranks = static_cast<int>(world_size);
+  d.zero_optimizer_bytes = zero_state_bytes_per_rank(settings, parameters, ranks);
+  d.zero_broadcast_bytes = zero_broadcast_buffer_bytes(parameters, ranks);
+  // The optimizer state is alive all step: the shard replaces the whole at every point; the
+  // broadcast buffer exists after the update, when the step's fixed peak (the update) is over.
+  Chain sharded = plain;
+  const int64_t less = d.optimizer_bytes - d.zero_optimizer_bytes;
+  sharded.fixed_bytes -= less;
+  sharded.fixed_peak_bytes -= less;
+  const int64_t after_update = predict(sharded, layout).peak_bytes;
+  d.zero_peak_bytes = std::max(after_update, sharded.fixed_bytes + d.zero_broadcast_bytes);
+  return d;
 }
 
 BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::function<void(const std::string&)>& log_fn) {
@@ -200,6 +233,13 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
   const Layout keep_all = layout_keep_all(step_model.chain.num_blocks());
   const int64_t keep_all_peak = predict(step_model.chain, keep_all).peak_bytes;
   const int64_t min_peak = plan_layout(step_model.chain, 1).min_possible_peak;
+  std::optional<DataParallelPrediction> data_parallel;
+  if (o.world_size > 1) {
+    int64_t weight_bytes = 0;
+    for (const auto& p : model->module().parameters()) weight_bytes += static_cast<int64_t>(p.numel() * p.element_size());
+    data_parallel = predict_data_parallel_memory(step_model.chain, keep_all, weight_bytes, params, optimizer_options,
+                                                 o.world_size, o.lora_rank == 0);
+  }
 
   const std::vector<std::string> names =
       o.layouts.empty() ? default_benchmark_layouts(device.is_cuda(), min_peak, keep_all_peak) : o.layouts;
@@ -263,6 +303,7 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
   }
 
   BenchmarkReport report;
+  report.data_parallel = data_parallel;
   for (size_t i = 0; i < layouts.size(); ++i) {
     BenchmarkRecord& r = records[i];
     std::vector<double> step, fwd, bwd, opt;
@@ -320,6 +361,26 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
                           " warm-up rounds, layouts interleaved round-robin; medians; peak = max of "
                           "the steps' absolute peaks (memory::peak_bytes after a reset at step start)"},
   };
+  if (data_parallel) {
+    const DataParallelPrediction& d = *data_parallel;
+    const std::string n = std::to_string(d.world_size);
+    std::string line = "weights " + memory::format_bytes(d.weight_bytes) + ", gradients " +
+                       memory::format_bytes(d.gradient_bytes) + "; plain data parallel: optimizer state " +
+                       memory::format_bytes(d.optimizer_bytes) + ", step peak " +
+                       memory::format_bytes(d.plain_peak_bytes) + " (layout off)";
+    if (d.zero_peak_bytes > 0) {
+      line += "; ZeRO-1: optimizer state " + memory::format_bytes(d.zero_optimizer_bytes) + " (largest of " + n +
+              " shards) + broadcast buffer " + memory::format_bytes(d.zero_broadcast_bytes) + ", step peak " +
+              memory::format_bytes(d.zero_peak_bytes) + "; saving " + memory::format_bytes(d.saving_bytes()) +
+              " per process (" + std::to_string(static_cast<int>(std::lround(
+                                     100.0 * static_cast<double>(d.saving_bytes()) /
+                                     static_cast<double>(std::max<int64_t>(d.plain_peak_bytes, 1))))) +
+              "%)";
+    } else {
+      line += "; ZeRO-1 applies to full fine-tunes only";
+    }
+    report.facts.emplace_back("per process, " + n + " processes (predicted)", line);
+  }
   return report;
 }
 

@@ -30,6 +30,7 @@
 #include "remat/compat.h"
 #include "remat/error.h"
 #include "remat/train/config.h"
+#include "remat/train/zero_optimizer.h"
 
 namespace remat::train {
 namespace {
@@ -283,6 +284,11 @@ OptimizerSettings optimizer_settings(const TrainConfig& config, std::vector<std:
 }
 
 OptimizerSettings optimizer_settings(const torch::optim::Optimizer& optimizer) {
+  if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(&optimizer)) {
+    OptimizerSettings s = zero->settings();  // the learning rate is the outer group's
+    s.learning_rate = zero->param_groups().front().options().get_lr();
+    return s;
+  }
   if (const auto* adamw = dynamic_cast<const torch::optim::AdamW*>(&optimizer)) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(adamw->param_groups().front().options());
     OptimizerSettings s;
@@ -323,6 +329,10 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double learning_rate)
 
 std::vector<std::pair<std::string, at::Tensor>> optimizer_state(
     torch::optim::Optimizer& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+  // A sharded state saved from one rank would silently lose the other shards.
+  TORCH_CHECK(dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer) == nullptr,
+              "[optimizer] a ZeRO-1 optimizer's state is sharded across the ranks: call "
+              "ZeroRedundancyOptimizer::gather_full_state on every rank instead of optimizer_state");
   std::vector<std::pair<std::string, at::Tensor>> out;
   if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
     auto& states = adamw->state();
@@ -348,6 +358,7 @@ std::vector<std::pair<std::string, at::Tensor>> optimizer_state(
 }
 
 std::vector<std::string> optimizer_state_fields(torch::optim::Optimizer& optimizer) {
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) return optimizer_state_fields(zero->local_optimizer());
   if (auto* adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer)) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(adamw->param_groups().front().options());
     if (o.amsgrad()) return {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step"};
@@ -361,6 +372,10 @@ std::vector<std::string> optimizer_state_fields(torch::optim::Optimizer& optimiz
 void restore_optimizer_state(torch::optim::Optimizer& optimizer,
                              const std::vector<std::pair<std::string, at::Tensor>>& params,
                              const std::vector<std::pair<std::string, at::Tensor>>& state) {
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) {
+    zero->restore_full_state(params, state);  // keeps the owned tensors' state only
+    return;
+  }
   std::map<std::string, at::Tensor> by_name(state.begin(), state.end());
   const auto field = [&](const std::string& name, const std::string& f) -> const at::Tensor* {
     auto it = by_name.find(name + "." + f);
@@ -405,6 +420,7 @@ void restore_optimizer_state(torch::optim::Optimizer& optimizer,
 }
 
 bool optimizer_has_state(torch::optim::Optimizer& optimizer) {
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer)) return optimizer_has_state(zero->local_optimizer());
   if (auto* own = dynamic_cast<NamedStateOptimizer*>(&optimizer)) return !own->empty();
   return !optimizer.state().empty();
 }

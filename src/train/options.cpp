@@ -537,6 +537,21 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kRuntime, "device", T::String, bind_field(&C::device), "Device to train on: auto, cpu, cuda or cuda:N")
       .pattern("auto|cpu|cuda(:[0-9]+)?", "auto, cpu, cuda or cuda:N (N a device index)")
       .tooltip("auto picks cuda when available, else cpu; cuda:1 is the second GPU."));
+  // SimpleTuner's (sections/advanced.py): there a DeepSpeed config for accelerate; remat reads
+  // its ZeRO stage and implements stage 1 itself (remat/train/zero_optimizer.h).
+  add(Opt(kRuntime, "deepspeed_config", T::String, bind_field(&C::deepspeed_config),
+          "Shard the optimizer state across processes (ZeRO stage 1): zero1, or DeepSpeed JSON "
+          "(text or a file) with zero_optimization.stage 1")
+      .nullable()
+      .depends("model_type", "full")
+      .tooltip("For a full fine-tune on several processes (torchrun, remat launch): each process keeps "
+               "and updates the AdamW state of its share of the weights only, then sends the updated "
+               "weights to the others, so the optimizer state per GPU is about 1/N of the whole; the "
+               "weights are exactly those of plain data parallel. Accepts SimpleTuner's preset value "
+               "zero1, raw JSON ({\"zero_optimization\": {\"stage\": 1}}) or a path to a JSON file; "
+               "remat reads only the stage and ignores the other DeepSpeed keys (with a warning). "
+               "Stages 2 and 3 are refused (remat implements stage 1). Needs optimizer torch-adamw or "
+               "optimi-lion."));
   add(Opt(kRuntime, "torch_num_threads", T::Int, bind_field(&C::torch_num_threads),
           "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0).max(kMaxNumThreads)
       .alias("num_threads")

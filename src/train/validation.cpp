@@ -16,6 +16,7 @@
 #include "remat/train/optimizer.h"
 #include "remat/train/safety_check.h"
 #include "remat/train/simpletuner.h"
+#include "remat/train/zero_optimizer.h"
 
 namespace remat::train {
 namespace {
@@ -264,6 +265,19 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
   for (auto& d : base_model_precision_diagnostics(config)) {
     out.push_back(std::move(d));
     config.base_model_precision = "no_change";  // reported once, not again as a dependency
+  }
+  // ZeRO stage 1 (deepspeed_config): an error with a LoRA, likewise, not the dependency warning.
+  if (config.deepspeed_config && !refused.count("deepspeed_config")) {
+    try {
+      std::vector<std::string> zero_warnings;
+      config.zero_stage = zero_stage_of(*config.deepspeed_config, &zero_warnings);
+      for (const auto& w : zero_warnings) warn("deepspeed_config", *config.deepspeed_config, w);
+      check_zero_run(config.zero_stage, config.model_type, config.optimizer);
+    } catch (const ValidationError& e) {
+      error(e.option(), io::text_excerpt(*config.deepspeed_config), e.message());
+      config.zero_stage = 0;
+      config.deepspeed_config.reset();  // reported once, not again as a dependency
+    }
   }
 
   // 3. Dependencies and relations of the options outside the checkpointing group (the safety

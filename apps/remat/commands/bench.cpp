@@ -57,6 +57,10 @@ int run_bench(const std::vector<std::string>& args) {
   app.add_option("--steps", o.steps, "Measured steps per layout")->check(CLI::Range(int64_t{1}, int64_t{1000000}))->capture_default_str();
   app.add_option("--warmup", o.warmup, "Warm-up rounds (one step per layout each)")->check(CLI::Range(int64_t{0}, int64_t{1000000}))->capture_default_str();
   add_registry_option(app, "seed", o.seed);
+  app.add_option("--world_size", o.world_size,
+                 "Also predict the memory per process of data-parallel training on this many "
+                 "processes, with and without ZeRO-1 (deepspeed_config zero1; full fine-tune)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}))->capture_default_str();
   app.add_option("--json", json, "Write the records as JSON here");
   app.add_option("--csv", csv, "Write the records as CSV here");
   app.add_option("--svg", svg, "Write a peak-memory vs step-time chart (SVG) here");

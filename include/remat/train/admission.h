@@ -42,6 +42,11 @@ struct ModelUse {
   /// The caller's flag for it (e.g. "--base_model_precision"): when set, a LoRA run (or a
   /// model built for inference) that does not fit is told which quantised precision would.
   std::string precision_flag;
+  /// Data-parallel processes the run has (WORLD_SIZE); the prediction is per process.
+  int world_size = 1;
+  /// ZeRO stage (TrainConfig::zero_stage): 1 keeps only this rank's shard of the optimizer state
+  /// (remat/train/zero_optimizer.h). Needs a full fine-tune and world_size > 1 to shard anything.
+  int zero_stage = 0;
 };
 
 /// The prediction, in bytes on the device.
@@ -57,8 +62,16 @@ struct MemoryDemand {
   /// that layer's forward or backward, one layer at a time.
   int64_t dequantized_transient_bytes = 0;
   int64_t gradient_bytes = 0;   ///< trainable x 4 (float32 gradients)
-  int64_t optimizer_bytes = 0;  ///< trainable x 8 (AdamW's two float32 moments)
-  int64_t total() const { return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes; }
+  /// trainable x 8 (AdamW's two float32 moments); with ZeRO-1, the fullest rank's shard.
+  int64_t optimizer_bytes = 0;
+  /// ZeRO-1: the ranks the optimizer state is sharded over (1: not sharded).
+  int optimizer_shards = 1;
+  /// ZeRO-1: the broadcast buffer of the updated weights, alive after the optimizer step (one
+  /// bucket, Note [ZeRO broadcasts] in zero_optimizer.cpp).
+  int64_t broadcast_bytes = 0;
+  int64_t total() const {
+    return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes + broadcast_bytes;
+  }
 };
 
 /// Bytes alive while a quantised Linear of `elements` weights is dequantised to a dtype of
@@ -71,6 +84,16 @@ REMAT_API int64_t dequantized_bytes(int64_t elements, int64_t element_bytes);
 /// the family provides no count (or, for a quantised base, no Linear layers). Throws c10::ValueError for a bad spec (unknown family, preset,
 /// config.json).
 REMAT_API std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use);
+
+/// Per process of a data-parallel run on `world_size` processes with ZeRO stage `zero_stage` (0
+/// or 1): predict_model_memory with ModelUse::world_size and zero_stage set. Every rank holds the
+/// weights and, data-parallel gradients being views into the reducer's buckets, every gradient
+/// for the whole step; with ZeRO-1 the optimizer state is the largest shard of the greedy
+/// assignment (assign_to_ranks) over the family's Linear weights in registration order plus the
+/// remaining parameters as one more tensor (the real assignment runs over the model's tensors;
+/// Linears hold all but ~0.1% of Flux's weights, so the two agree closely).
+REMAT_API std::optional<MemoryDemand> predict_rank_memory(const TransformerSpec& spec, ModelUse use, int world_size,
+                                                          int zero_stage);
 
 /// Refuses `spec` for `use` on `device` when its predicted demand exceeds `available_bytes`
 /// (default: memory::available_bytes(device)): throws ValidationError (option model_flavour) whose message

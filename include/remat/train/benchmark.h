@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "remat/export.h"
+#include "remat/plan.h"
+#include "remat/train/optimizer.h"
 #include "remat/train/transformer.h"
 
 namespace remat::train {
@@ -42,6 +44,9 @@ struct BenchmarkOptions {
   int64_t steps = 5;
   int64_t warmup = 1;
   uint64_t seed = 0;
+  /// > 1: also predict the per-process memory of data-parallel training on this many processes,
+  /// with and without ZeRO-1 (BenchmarkReport::data_parallel); the benchmark itself runs in one.
+  int64_t world_size = 1;
 };
 
 /// A layout of the benchmark, parsed.
@@ -79,8 +84,28 @@ struct BenchmarkRecord {
   int64_t budget_bytes = 0;      ///< auto only
 };
 
+/// Per-process memory of data-parallel training on `world_size` processes, predicted from the
+/// model and the step model measured here (the keep-all layout's peak). Data-parallel gradients
+/// are views into the reducer's buckets, alive the whole step, so the blocks' gradients are
+/// counted from the step's start (as with gradient accumulation); with ZeRO-1 the optimizer
+/// state is the fullest rank's shard of the greedy assignment over the real tensors, plus the
+/// weights' broadcast buffer after the update.
+struct DataParallelPrediction {
+  int64_t world_size = 1;
+  int64_t weight_bytes = 0;          ///< every parameter, on every rank
+  int64_t gradient_bytes = 0;        ///< every trainable tensor's gradient, on every rank
+  int64_t optimizer_bytes = 0;       ///< the whole optimizer state (plain data parallel)
+  int64_t zero_optimizer_bytes = 0;  ///< ZeRO-1: the fullest rank's shard (0 for LoRA: not offered)
+  int64_t zero_broadcast_bytes = 0;  ///< ZeRO-1: the largest packed broadcast buffer
+  int64_t plain_peak_bytes = 0;      ///< step peak per rank, plain data parallel
+  int64_t zero_peak_bytes = 0;       ///< step peak per rank, ZeRO-1 (0 for LoRA)
+  int64_t saving_bytes() const { return zero_peak_bytes > 0 ? plain_peak_bytes - zero_peak_bytes : 0; }
+};
+
 /// The whole result.
 struct BenchmarkReport {
+  /// Set when BenchmarkOptions::world_size > 1.
+  std::optional<DataParallelPrediction> data_parallel;
   std::vector<BenchmarkRecord> records;
   /// "key: value" lines: model, shapes, device, threads, versions.
   std::vector<std::pair<std::string, std::string>> facts;
@@ -98,6 +123,16 @@ struct BenchmarkReport {
 /// of the way from the smallest possible predicted peak to the keep-all predicted peak.
 REMAT_API std::vector<std::string> default_benchmark_layouts(bool cuda, int64_t min_peak_bytes,
                                                              int64_t keep_all_peak_bytes);
+
+/// Predicts DataParallelPrediction for `parameters` (the trainable tensors, optimizer
+/// `settings`) of a model whose parameters take `weight_bytes`, from `chain` (the step model of
+/// one process, taken before any gradient-persistence adjustment) at `layout`. `zero`: also the
+/// ZeRO-1 figures.
+REMAT_API DataParallelPrediction predict_data_parallel_memory(const Chain& chain, const Layout& layout,
+                                                              int64_t weight_bytes,
+                                                              const std::vector<at::Tensor>& parameters,
+                                                              const OptimizerSettings& settings,
+                                                              int64_t world_size, bool zero);
 
 /// Runs the benchmark; `log` gets progress lines (may be empty). Needs CPU memory tracking
 /// installed for a CPU run. Throws c10::ValueError / c10::Error for bad options.

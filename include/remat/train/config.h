@@ -118,6 +118,12 @@ struct TrainConfig {
   /// Override the optimizer's betas (SimpleTuner applies them only when both are set).
   std::optional<double> optimizer_beta1;
   std::optional<double> optimizer_beta2;
+  /// SimpleTuner's deepspeed_config: "zero1", or JSON text or the path of a JSON file whose
+  /// zero_optimization.stage is 1 (remat/train/zero_optimizer.h); unset: no sharding.
+  std::optional<std::string> deepspeed_config;
+  /// The ZeRO stage deepspeed_config asks for, set by validation: 0 (none) or 1 (each process
+  /// keeps the optimizer state of its shard of the weights).
+  int zero_stage = 0;
   /// One of the schedules of remat/train/schedule.h (SimpleTuner's names).
   std::string lr_scheduler = "constant_with_warmup";
   int64_t lr_warmup_steps = 0;

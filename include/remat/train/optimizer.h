@@ -69,10 +69,13 @@ REMAT_API void set_learning_rate(torch::optim::Optimizer& optimizer, double lear
 /// The per-parameter state of an optimizer from make_optimizer, as named tensors
 /// ("<name>.<field>": AdamW's exp_avg, exp_avg_sq, step; AdamWBF16's exp_avg, exp_avg_sq, shift,
 /// step, accumulated_decay; Lion's exp_avg). Parameters without state (never stepped) are omitted.
+/// Throws c10::Error for a ZeroRedundancyOptimizer (its state is sharded: gather_full_state,
+/// remat/train/zero_optimizer.h, collects it on rank 0).
 REMAT_API std::vector<std::pair<std::string, at::Tensor>> optimizer_state(
     torch::optim::Optimizer& optimizer, const std::vector<std::pair<std::string, at::Tensor>>& params);
 
-/// Restores what optimizer_state() produced for the same named parameters. Throws c10::Error
+/// Restores what optimizer_state() produced for the same named parameters (a
+/// ZeroRedundancyOptimizer keeps the state of the tensors its rank owns). Throws c10::Error
 /// naming the parameter when a field is missing or has the wrong shape.
 REMAT_API void restore_optimizer_state(torch::optim::Optimizer& optimizer,
                                        const std::vector<std::pair<std::string, at::Tensor>>& params,
