@@ -52,7 +52,7 @@ TEST(ZeroAssignment, GreedyBalancedDeterministic) {
     std::vector<int64_t> sizes(random.data_ptr<int64_t>(), random.data_ptr<int64_t>() + random.numel());
     expect_greedy(sizes, world_size);
   }
-  // Flux-dev's Linear weights: the shards are within 1% of an equal split.
+  // Flux-dev's Linear weights on 8 ranks: the largest shard is within 2% of an equal split.
   TransformerSpec dev;
   dev.family = "flux";
   dev.preset = "flux-dev";
@@ -61,7 +61,7 @@ TEST(ZeroAssignment, GreedyBalancedDeterministic) {
   expect_greedy(sizes, 8);
   const auto load = bytes_per_rank(sizes, assign_to_ranks(sizes, 8), 8);
   const double total = static_cast<double>(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}));
-  EXPECT_LT(static_cast<double>(*std::max_element(load.begin(), load.end())), total / 8 * 1.01);
+  EXPECT_LT(static_cast<double>(*std::max_element(load.begin(), load.end())), total / 8 * 1.02);
 }
 
 TEST(ZeroAssignment, BadArgumentsAreRefused) {
@@ -111,7 +111,7 @@ TEST(DeepspeedConfig, ThreeFormsAndTheStage) {
                           &warnings),
             1);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("zero_optimization.overlap_comm, train_batch_size"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("ignoring train_batch_size, zero_optimization.overlap_comm"), std::string::npos) << warnings[0];
   EXPECT_EQ(zero_stage_of(R"({"zero_stage": 1})"), 1);
   EXPECT_EQ(zero_stage_of(R"(  {"zero_optimization": {"stage": 0}} )"), 0);
 
