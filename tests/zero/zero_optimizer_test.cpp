@@ -12,6 +12,7 @@
 
 #include "remat/memory.h"
 #include "remat/train/admission.h"
+#include "remat/train/benchmark.h"
 #include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
@@ -217,6 +218,38 @@ TEST(ZeroMemoryModel, RealTensorsShardAndBroadcastBuffer) {
   EXPECT_EQ(zero_broadcast_buffer_bytes(params, 2, 2048), 2000);
   // A 1 MiB bucket: rank 0 packs its 4000 bytes, rank 1 its 2080.
   EXPECT_EQ(zero_broadcast_buffer_bytes(params, 2, 1 << 20), 4000);
+}
+
+// `remat bench --world_size 2` on flux-tiny: the per-process prediction with and without ZeRO-1.
+TEST(ZeroMemoryModel, BenchPredictsPerProcessWithAndWithoutZero) {
+  BenchmarkOptions o;
+  o.model.family = "flux";
+  o.model.preset = "flux-tiny";
+  o.image_tokens = 16;
+  o.text_tokens = 8;
+  o.layouts = {"off"};
+  o.steps = 1;
+  o.warmup = 0;
+  o.world_size = 2;
+  const BenchmarkReport report = run_benchmark(o);
+  ASSERT_TRUE(report.data_parallel.has_value());
+  const DataParallelPrediction& d = *report.data_parallel;
+  EXPECT_EQ(d.world_size, 2);
+  EXPECT_EQ(d.optimizer_bytes, 2 * d.gradient_bytes);  // the benchmark's torch-adamw: two fp32 moments
+  EXPECT_GE(d.zero_optimizer_bytes, d.optimizer_bytes / 2);  // the largest of two shards
+  EXPECT_LT(d.zero_optimizer_bytes, d.optimizer_bytes);
+  EXPECT_GT(d.saving_bytes(), 0);
+  EXPECT_LE(d.saving_bytes(), d.optimizer_bytes - d.zero_optimizer_bytes);
+  bool reported = false;
+  for (const auto& [key, value] : report.facts) {
+    if (key != "per process, 2 processes (predicted)") continue;
+    reported = true;
+    std::printf("[zero] remat bench --world_size 2, flux-tiny: %s\n", value.c_str());
+    EXPECT_NE(value.find("saving " + memory::format_bytes(d.saving_bytes())), std::string::npos) << value;
+  }
+  EXPECT_TRUE(reported);
+  o.world_size = 1;
+  EXPECT_FALSE(run_benchmark(o).data_parallel.has_value());
 }
 
 }  // namespace
