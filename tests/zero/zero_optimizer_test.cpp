@@ -12,6 +12,7 @@
 
 #include "remat/memory.h"
 #include "remat/train/admission.h"
+#include "remat/train/benchmark.h"
 #include "remat/train/config.h"
 #include "remat/train/family.h"
 #include "remat/train/optimizer.h"
@@ -52,7 +53,7 @@ TEST(ZeroAssignment, GreedyBalancedDeterministic) {
     std::vector<int64_t> sizes(random.data_ptr<int64_t>(), random.data_ptr<int64_t>() + random.numel());
     expect_greedy(sizes, world_size);
   }
-  // Flux-dev's Linear weights: the shards are within 1% of an equal split.
+  // Flux-dev's Linear weights on 8 ranks: the largest shard is within 2% of an equal split.
   TransformerSpec dev;
   dev.family = "flux";
   dev.preset = "flux-dev";
@@ -61,7 +62,7 @@ TEST(ZeroAssignment, GreedyBalancedDeterministic) {
   expect_greedy(sizes, 8);
   const auto load = bytes_per_rank(sizes, assign_to_ranks(sizes, 8), 8);
   const double total = static_cast<double>(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}));
-  EXPECT_LT(static_cast<double>(*std::max_element(load.begin(), load.end())), total / 8 * 1.01);
+  EXPECT_LT(static_cast<double>(*std::max_element(load.begin(), load.end())), total / 8 * 1.02);
 }
 
 TEST(ZeroAssignment, BadArgumentsAreRefused) {
@@ -111,7 +112,7 @@ TEST(DeepspeedConfig, ThreeFormsAndTheStage) {
                           &warnings),
             1);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("zero_optimization.overlap_comm, train_batch_size"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("ignoring train_batch_size, zero_optimization.overlap_comm"), std::string::npos) << warnings[0];
   EXPECT_EQ(zero_stage_of(R"({"zero_stage": 1})"), 1);
   EXPECT_EQ(zero_stage_of(R"(  {"zero_optimization": {"stage": 0}} )"), 0);
 
@@ -217,6 +218,38 @@ TEST(ZeroMemoryModel, RealTensorsShardAndBroadcastBuffer) {
   EXPECT_EQ(zero_broadcast_buffer_bytes(params, 2, 2048), 2000);
   // A 1 MiB bucket: rank 0 packs its 4000 bytes, rank 1 its 2080.
   EXPECT_EQ(zero_broadcast_buffer_bytes(params, 2, 1 << 20), 4000);
+}
+
+// `remat bench --world_size 2` on flux-tiny: the per-process prediction with and without ZeRO-1.
+TEST(ZeroMemoryModel, BenchPredictsPerProcessWithAndWithoutZero) {
+  BenchmarkOptions o;
+  o.model.family = "flux";
+  o.model.preset = "flux-tiny";
+  o.image_tokens = 16;
+  o.text_tokens = 8;
+  o.layouts = {"off"};
+  o.steps = 1;
+  o.warmup = 0;
+  o.world_size = 2;
+  const BenchmarkReport report = run_benchmark(o);
+  ASSERT_TRUE(report.data_parallel.has_value());
+  const DataParallelPrediction& d = *report.data_parallel;
+  EXPECT_EQ(d.world_size, 2);
+  EXPECT_EQ(d.optimizer_bytes, 2 * d.gradient_bytes);  // the benchmark's torch-adamw: two fp32 moments
+  EXPECT_GE(d.zero_optimizer_bytes, d.optimizer_bytes / 2);  // the largest of two shards
+  EXPECT_LT(d.zero_optimizer_bytes, d.optimizer_bytes);
+  EXPECT_GT(d.saving_bytes(), 0);
+  EXPECT_LE(d.saving_bytes(), d.optimizer_bytes - d.zero_optimizer_bytes);
+  bool reported = false;
+  for (const auto& [key, value] : report.facts) {
+    if (key != "per process, 2 processes (predicted)") continue;
+    reported = true;
+    std::printf("[zero] remat bench --world_size 2, flux-tiny: %s\n", value.c_str());
+    EXPECT_NE(value.find("saving " + memory::format_bytes(d.saving_bytes())), std::string::npos) << value;
+  }
+  EXPECT_TRUE(reported);
+  o.world_size = 1;
+  EXPECT_FALSE(run_benchmark(o).data_parallel.has_value());
 }
 
 }  // namespace

@@ -176,10 +176,12 @@ TEST(ZeroTwoProcesses, WeightsAndStateEqualPlainDataParallel) {
     EXPECT_LE(m["state_own"], m["state_shard"]);
     // Live bytes: exactly the state not kept (the tracking allocator counts requested bytes).
     EXPECT_EQ(live_saving, predicted) << "rank " << rank;
-    // The peak falls by the state not kept, less at most the broadcast buffer and one tensor's
-    // optimizer temporaries (which tensor's update is the largest differs between the runs).
-    EXPECT_GT(peak_saving, 0) << "rank " << rank;
-    EXPECT_LE(peak_saving, predicted + m["broadcast_buffer"]) << "rank " << rank;
+    // The step's peak falls by the state not kept, give or take the broadcast buffer and one
+    // tensor's AdamW temporaries (the largest tensor a rank updates differs between the runs;
+    // torch's AdamW holds at most three tensor-sized temporaries at once).
+    const int64_t slack = m["broadcast_buffer"] + 3 * m["largest_tensor"];
+    EXPECT_GE(peak_saving, predicted - slack) << "rank " << rank;
+    EXPECT_LE(peak_saving, predicted + slack) << "rank " << rank;
   }
 }
 

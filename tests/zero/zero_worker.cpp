@@ -6,6 +6,9 @@
 // on rank 0 also both optimizer states ("plain_state/...": optimizer_state of the plain run,
 // "zero_state/...": gather_full_state of the ZeRO run), and <out>/rank<R>.memory with the bytes
 // measured by the tracking allocator (remat::memory).
+#include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -53,7 +56,7 @@ struct RunResult {
   int64_t peak_bytes = 0; // the last step's peak, above the same baseline
 };
 
-RunResult train(distributed::ProcessGroup& group, bool zero) {
+RunResult train_steps(distributed::ProcessGroup& group, bool zero) {
   const int64_t baseline = memory::current_bytes();
   torch::manual_seed(kModelSeed);  // the same start on every rank and in both runs
   train::TransformerSpec spec;
@@ -94,7 +97,17 @@ RunResult train(distributed::ProcessGroup& group, bool zero) {
     const train::Batch batch = model->synthetic_batch(1, 16, 8, data, at::Device(at::kCPU));
     step.run({batch}, data);
   }
-  out.live_bytes = memory::current_bytes() - baseline;
+  // Gloo's worker thread drops its reference to a broadcast's buffer just after the broadcast
+  // completes, so the last buffer may outlive the step by a moment: wait until nothing more is freed.
+  group.barrier("the end of the steps");
+  int64_t live = memory::current_bytes();
+  for (int quiet = 0, polls = 0; quiet < 5 && polls < 400; ++polls) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const int64_t now = memory::current_bytes();
+    quiet = now == live ? quiet + 1 : 0;
+    live = now;
+  }
+  out.live_bytes = live - baseline;
   out.peak_bytes = peak.peak_bytes() - baseline;
   for (const auto& [name, p] : named) out.weights.emplace_back(name, p.detach().clone());
   Named state = zero ? sharded->gather_full_state(named) : train::optimizer_state(*plain, named);
@@ -117,8 +130,8 @@ int main(int argc, char** argv) {
   try {
     const auto env = distributed::read_launch_environment();
     auto group = distributed::ProcessGroup::connect(env, distributed::Backend::gloo);
-    const RunResult plain = train(*group, false);
-    const RunResult zero = train(*group, true);
+    const RunResult plain = train_steps(*group, false);
+    const RunResult zero = train_steps(*group, true);
 
     std::vector<io::NamedTensor> entries;
     for (const auto& [name, t] : plain.initial) entries.emplace_back("init/" + name, t);
@@ -145,7 +158,8 @@ int main(int argc, char** argv) {
                 << plain.peak_bytes << "\nzero_peak " << zero.peak_bytes << "\nstate_full "
                 << train::optimizer_state_bytes(settings, params) << "\nstate_shard "
                 << train::zero_state_bytes_per_rank(settings, params, env.world_size) << "\nstate_own "
-                << train::optimizer_state_bytes(settings, owned) << "\nbroadcast_buffer "
+                << train::optimizer_state_bytes(settings, owned) << "\nlargest_tensor "
+                << *std::max_element(sizes.begin(), sizes.end()) << "\nbroadcast_buffer "
                 << train::zero_broadcast_buffer_bytes(params, env.world_size) << "\n";
     group->barrier("the end of the test");
   } catch (const std::exception& e) {
