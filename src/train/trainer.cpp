@@ -235,6 +235,7 @@ void Trainer::setup() {
   seed_ = config_.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
   TORCH_CHECK_VALUE(config_.seed || !env_.distributed(), "[train] ", env_.world_size,
                     " processes need a seed (--seed) so that every rank builds the same model and data order");
+  check_zero_run(config_.zero_stage, config_.model_type, config_.optimizer, env_.world_size);
   torch::manual_seed(static_cast<uint64_t>(seed_));
   noise_generator_ = at::detail::createCPUGenerator(static_cast<uint64_t>(seed_) ^ 0x9e3779b97f4a7c15ULL);
 
@@ -345,7 +346,6 @@ void Trainer::setup() {
              std::to_string(params_.size()) + " tensors");
   const OptimizerSettings optimizer = optimizer_settings(config_);
   if (config_.zero_stage == 1) {
-    check_zero_run(config_.zero_stage, config_.model_type, optimizer.name, env_.world_size);
     auto zero = std::make_unique<ZeroRedundancyOptimizer>(*group_, params_, optimizer);
     zero_ = zero.get();
     const auto owned = bytes_per_rank(tensor_bytes(params_), zero->owners(), env_.world_size);
@@ -440,7 +440,8 @@ void Trainer::plan_checkpointing() {
   }
   const Batch batch = batch_to(first, device_);
   StepProfileOptions options;
-  options.gradients_persist = config_.gradient_accumulation_steps > 1;
+  // Accumulated gradients, and data-parallel ones (views into the reducer's buckets), live all step.
+  options.gradients_persist = config_.gradient_accumulation_steps > 1 || env_.distributed();
   try {
     const AutoLayout chosen =
         apply_auto_layout(*model_, *optimizer_, params_, batch, step_settings_, noise_generator_,

@@ -193,6 +193,25 @@ TEST_F(DataParallelTraining, CheckpointsResumeAcrossWorldSizes) {
   expect_bitwise_equal(root_ / "one-then-two" / kLoraWeightsFile, root_ / "reference" / kLoraWeightsFile);
 }
 
+// ZeRO-1 (--deepspeed_config zero1) on 2 processes trains what plain data parallel, and so one
+// process, trains; its checkpoint (the optimizer state gathered to rank 0) resumes in 1 process.
+TEST_F(DataParallelTraining, ZeroStageOneEqualsOneProcessAndResumesInOne) {
+  const std::vector<std::string> common{"--model_type=full", "--optimizer=torch-adamw",
+                                        "--gradient_checkpointing_interval=2", "--learning_rate=1e-3"};
+  const auto with = [&](std::vector<std::string> extra) {
+    auto all = common;
+    all.insert(all.end(), extra.begin(), extra.end());
+    return all;
+  };
+  one_process("reference", with({"--max_train_steps=4", "--gradient_accumulation_steps=2"}));
+  const auto exits = two_processes("zero", with({"--max_train_steps=2", "--deepspeed_config=zero1"}));
+  expect_succeeded(exits);
+  EXPECT_NE(exits[1].log.find("ZeRO stage 1: this rank keeps the optimizer state of"), std::string::npos)
+      << exits[1].log;
+  one_process("zero", with({"--max_train_steps=4", "--gradient_accumulation_steps=2"}));
+  expect_bitwise_equal(root_ / "zero" / kFullWeightsFile, root_ / "reference" / kFullWeightsFile);
+}
+
 // A rank killed mid-run ends the other with an error naming the failure, well within the timeout.
 TEST_F(DataParallelTraining, KilledRankEndsTheRunWithAClearError) {
   const int port = remat::testing::free_port();
