@@ -247,6 +247,38 @@ TEST_F(DataParallelTraining, KilledRankEndsTheRunWithAClearError) {
   EXPECT_NE(survivor.log.find("another rank stopped"), std::string::npos) << survivor.log;
 }
 
+// Ctrl-C reaches the ranks at different moments (here only rank 1 gets it): they agree to stop
+// after the same step, and rank 0 saves that step's checkpoint.
+TEST_F(DataParallelTraining, InterruptingOneRankStopsEveryRankAfterTheSameStep) {
+  const int port = remat::testing::free_port();
+  std::vector<std::string> cli{"train"};
+  const auto rest = args("interrupted", {"--model_type=lora", "--max_train_steps=100000", "--gradient_checkpointing_interval=2"});
+  cli.insert(cli.end(), rest.begin(), rest.end());
+  fs::create_directories(root_ / "logs-interrupted");
+  const auto rank0 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 0, 2, port, (root_ / "logs-interrupted/rank0.log").string());
+  const auto rank1 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 1, 2, port, (root_ / "logs-interrupted/rank1.log").string());
+  const auto start = std::chrono::steady_clock::now();
+  while (remat::testing::read_text(rank1.log_path).find("all-reduced in") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < kDeadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(rank1.pid, SIGINT);
+  const RankExit exit1 = remat::testing::wait_rank(rank1, kDeadline);
+  const RankExit exit0 = remat::testing::wait_rank(rank0, kDeadline);
+  EXPECT_EQ(exit1.exit_code, 128 + SIGINT) << exit1.log;
+  EXPECT_EQ(exit0.exit_code, 128 + SIGINT) << exit0.log;  // not signalled, but interrupted with the others
+  // Both name the same checkpoint, which rank 0 wrote whole.
+  const auto saved = [](const std::string& log) {
+    const auto at = log.find("saved ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find(' ', at + 6) - at);
+  };
+  ASSERT_FALSE(saved(exit0.log).empty()) << exit0.log;
+  EXPECT_EQ(saved(exit0.log), saved(exit1.log));
+  const std::string checkpoint = saved(exit0.log).substr(6);
+  EXPECT_TRUE(fs::exists(fs::path(checkpoint) / "state.json")) << checkpoint;
+}
+
 // Ranks started with different configurations stop before training, naming the option.
 TEST_F(DataParallelTraining, MismatchedConfigurationsAreRefused) {
   const int port = remat::testing::free_port();
