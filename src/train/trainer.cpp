@@ -27,7 +27,6 @@
 #include "remat/train/base_precision.h"
 #include "remat/train/auto_layout.h"
 #include "remat/train/data.h"
-#include "data_parallel.h"
 #include "remat/train/family.h"
 #include "remat/train/image_data.h"
 #include "remat/train/optimizer.h"
@@ -39,6 +38,8 @@
 #include "remat/train/transformer.h"
 #include "remat/train/validation_images.h"
 #include "remat/train/zero_optimizer.h"
+
+#include "data_parallel.h"
 
 // Note [Exact resume]
 // A run is a deterministic function of (config, seed) when every source of variation is saved:
