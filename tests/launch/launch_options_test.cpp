@@ -91,5 +91,16 @@ TEST(WorkerEnvironment, ReplacesInheritedVariablesAndKeepsTheRest) {
   EXPECT_EQ(env, (std::vector<std::string>{"PATH=/bin", "RANKS=x", "HOME=/root", "RANK=1", "WORLD_SIZE=2"}));
 }
 
+// torchrun: "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default"
+// when nproc_per_node > 1 and the variable is unset; a user's own value always wins.
+TEST(WorkerEnvironment, OneThreadPerWorkerUnlessTheUserSetIt) {
+  const auto one = thread_default({"PATH=/bin"}, 2);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(*one, (std::pair<std::string, std::string>{"OMP_NUM_THREADS", "1"}));
+  EXPECT_FALSE(thread_default({"PATH=/bin", "OMP_NUM_THREADS=4"}, 2).has_value());
+  EXPECT_FALSE(thread_default({"PATH=/bin"}, 1).has_value());
+  EXPECT_TRUE(thread_default({"OMP_NUM_THREADS_X=4"}, 8).has_value());
+}
+
 }  // namespace
 }  // namespace remat::cli::launch

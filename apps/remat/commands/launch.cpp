@@ -84,12 +84,20 @@ int run_launch(const std::vector<std::string>& args) {
   // The same binary, whatever the name or PATH it was started by.
   const std::string executable = std::filesystem::read_symlink("/proc/self/exe").string();
   const std::vector<std::string> base_env = launch::current_environment();
+  const auto threads = launch::thread_default(base_env, options.nproc_per_node);
+  if (threads) {
+    std::cerr << "[launch] OMP_NUM_THREADS is not set: each of the " << options.nproc_per_node
+              << " workers gets OMP_NUM_THREADS=1 (as torchrun does); set it, or pass "
+              << "--torch_num_threads to train, for more\n";
+  }
   std::vector<launch::WorkerSpec> workers;
   for (int local_rank = 0; local_rank < options.nproc_per_node; ++local_rank) {
     launch::WorkerSpec worker;
     worker.argv = {executable};
     worker.argv.insert(worker.argv.end(), options.command.begin(), options.command.end());
-    worker.env = launch::with_variables(base_env, launch::worker_variables(options, local_rank));
+    auto variables = launch::worker_variables(options, local_rank);
+    if (threads) variables.push_back(*threads);
+    worker.env = launch::with_variables(base_env, variables);
     worker.rank = launch::global_rank(options, local_rank);
     workers.push_back(std::move(worker));
   }

@@ -31,6 +31,15 @@ std::vector<std::string> with_variables(const std::vector<std::string>& base,
   return out;
 }
 
+std::optional<std::pair<std::string, std::string>> thread_default(const std::vector<std::string>& base,
+                                                                   int nproc_per_node) {
+  if (nproc_per_node <= 1) return std::nullopt;
+  for (const auto& entry : base) {
+    if (entry.rfind("OMP_NUM_THREADS=", 0) == 0) return std::nullopt;
+  }
+  return std::make_pair(std::string("OMP_NUM_THREADS"), std::string("1"));
+}
+
 std::vector<std::string> current_environment() {
   std::vector<std::string> out;
   for (char** entry = environ; entry && *entry; ++entry) out.emplace_back(*entry);
