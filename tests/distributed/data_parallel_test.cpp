@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -54,6 +56,37 @@ class DataParallelTraining : public ::testing::Test {
     cli.insert(cli.end(), rest.begin(), rest.end());
     fs::create_directories(root_ / ("logs-" + output));
     return remat::testing::run_ranks(REMAT_CLI_PATH, cli, 2, (root_ / ("logs-" + output)).string(), kDeadline, env);
+  }
+
+  // Two ranks of an endless LoRA run (interval 2), returned once both are some steps in (the
+  // reducer is set up after the rendezvous and the model; "all-reduced in" is its first report).
+  std::pair<remat::testing::RankProcess, remat::testing::RankProcess> two_training_ranks(
+      const std::string& output, const std::map<std::string, std::string>& env) {
+    const int port = remat::testing::free_port();
+    std::vector<std::string> cli{"train"};
+    const auto rest = args(output, {"--model_type=lora", "--max_train_steps=100000", "--gradient_checkpointing_interval=2"});
+    cli.insert(cli.end(), rest.begin(), rest.end());
+    const fs::path logs = root_ / ("logs-" + output);
+    fs::create_directories(logs);
+    auto rank0 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 0, 2, port, (logs / "rank0.log").string(), env);
+    auto rank1 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 1, 2, port, (logs / "rank1.log").string(), env);
+    const auto start = std::chrono::steady_clock::now();
+    while (remat::testing::read_text(rank1.log_path).find("all-reduced in") == std::string::npos &&
+           std::chrono::steady_clock::now() - start < kDeadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // some steps in
+    return {rank0, rank1};
+  }
+
+  // The survivor's error names its rank, a collective, the lost peer and the timeout.
+  static void expect_collective_failure(const std::string& log, const std::string& timeout) {
+    const auto error_at = log.find("error: [distributed]");
+    ASSERT_NE(error_at, std::string::npos) << log;
+    std::cout << "[ measured ] " << log.substr(error_at, log.find('\n', error_at) - error_at) << "\n";
+    EXPECT_NE(log.find("[distributed] rank 0 of 2:"), std::string::npos) << log;
+    EXPECT_NE(log.find("another rank stopped"), std::string::npos) << log;
+    EXPECT_NE(log.find("within " + timeout + " (SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS)"), std::string::npos) << log;
   }
 
   static void expect_succeeded(const std::vector<RankExit>& exits) {
@@ -214,24 +247,7 @@ TEST_F(DataParallelTraining, ZeroStageOneEqualsOneProcessAndResumesInOne) {
 
 // A rank killed mid-run ends the other with an error naming the failure, well within the timeout.
 TEST_F(DataParallelTraining, KilledRankEndsTheRunWithAClearError) {
-  const int port = remat::testing::free_port();
-  const auto cli = [&]() {
-    std::vector<std::string> out{"train"};
-    const auto rest = args("killed", {"--model_type=lora", "--max_train_steps=100000", "--gradient_checkpointing_interval=2"});
-    out.insert(out.end(), rest.begin(), rest.end());
-    return out;
-  }();
-  const std::map<std::string, std::string> env{{"SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS", "60"}};
-  fs::create_directories(root_ / "logs-killed");
-  const auto rank0 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 0, 2, port, (root_ / "logs-killed/rank0.log").string(), env);
-  const auto rank1 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 1, 2, port, (root_ / "logs-killed/rank1.log").string(), env);
-  // Wait until both train (the reducer is set up after the rendezvous and the model).
-  const auto start = std::chrono::steady_clock::now();
-  while (remat::testing::read_text(rank1.log_path).find("all-reduced in") == std::string::npos &&
-         std::chrono::steady_clock::now() - start < kDeadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // some steps in
+  const auto [rank0, rank1] = two_training_ranks("killed", {{"SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS", "60"}});
   ::kill(rank1.pid, SIGKILL);
   const RankExit killed = remat::testing::wait_rank(rank1, std::chrono::seconds(10));
   EXPECT_EQ(killed.signal, SIGKILL);
@@ -240,29 +256,29 @@ TEST_F(DataParallelTraining, KilledRankEndsTheRunWithAClearError) {
   EXPECT_NE(survivor.exit_code, 0) << survivor.log;
   std::cout << "[ measured ] rank 0 ended " << survivor.seconds << " s after rank 1 was killed (timeout 60 s)\n";
   EXPECT_LT(survivor.seconds, 60.0);
-  const auto error_at = survivor.log.find("error: [distributed]");
-  ASSERT_NE(error_at, std::string::npos) << survivor.log;
-  std::cout << "[ measured ] " << survivor.log.substr(error_at, survivor.log.find('\n', error_at) - error_at) << "\n";
-  EXPECT_NE(survivor.log.find("[distributed] rank 0 of 2:"), std::string::npos) << survivor.log;
-  EXPECT_NE(survivor.log.find("another rank stopped"), std::string::npos) << survivor.log;
+  expect_collective_failure(survivor.log, "60 s");
+}
+
+// A rank that hangs (stopped: its connections stay open, nothing arrives) is waited for until
+// the timeout, then the others fail naming it; never a silent hang.
+TEST_F(DataParallelTraining, HungRankEndsTheRunAfterTheTimeout) {
+  const auto [rank0, rank1] = two_training_ranks("hung", {{"SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS", "10"}});
+  ::kill(rank1.pid, SIGSTOP);
+  const RankExit survivor = remat::testing::wait_rank(rank0, std::chrono::seconds(60));
+  ::kill(rank1.pid, SIGKILL);  // a stopped process still takes SIGKILL
+  remat::testing::wait_rank(rank1, std::chrono::seconds(10));
+  EXPECT_FALSE(survivor.timed_out);
+  EXPECT_NE(survivor.exit_code, 0) << survivor.log;
+  std::cout << "[ measured ] rank 0 ended " << survivor.seconds << " s after rank 1 was stopped (timeout 10 s)\n";
+  EXPECT_GE(survivor.seconds, 9.0);  // it waited for the timeout rather than failing on something else
+  EXPECT_LT(survivor.seconds, 40.0);
+  expect_collective_failure(survivor.log, "10 s");
 }
 
 // Ctrl-C reaches the ranks at different moments (here only rank 1 gets it): they agree to stop
 // after the same step, and rank 0 saves that step's checkpoint.
 TEST_F(DataParallelTraining, InterruptingOneRankStopsEveryRankAfterTheSameStep) {
-  const int port = remat::testing::free_port();
-  std::vector<std::string> cli{"train"};
-  const auto rest = args("interrupted", {"--model_type=lora", "--max_train_steps=100000", "--gradient_checkpointing_interval=2"});
-  cli.insert(cli.end(), rest.begin(), rest.end());
-  fs::create_directories(root_ / "logs-interrupted");
-  const auto rank0 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 0, 2, port, (root_ / "logs-interrupted/rank0.log").string());
-  const auto rank1 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 1, 2, port, (root_ / "logs-interrupted/rank1.log").string());
-  const auto start = std::chrono::steady_clock::now();
-  while (remat::testing::read_text(rank1.log_path).find("all-reduced in") == std::string::npos &&
-         std::chrono::steady_clock::now() - start < kDeadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto [rank0, rank1] = two_training_ranks("interrupted", {});
   ::kill(rank1.pid, SIGINT);
   const RankExit exit1 = remat::testing::wait_rank(rank1, kDeadline);
   const RankExit exit0 = remat::testing::wait_rank(rank0, kDeadline);
