@@ -5,24 +5,7 @@ set -u
 remat=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-
-# expect <exit code> <text the error must contain> -- <command...>
-expect() {
-  local code=$1 text=$2
-  shift 3
-  local out status
-  out=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]] || [[ "$out" != *"$text"* ]]; then
-    echo "FAIL: '$*' exited $status (want $code), output:"
-    echo "$out" | head -5
-    echo "  (wanted it to contain: $text)"
-    failures=$((failures + 1))
-  else
-    echo "ok: $* -> $status"
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 expect 2 "gradient_checkpointing_interval must be" -- "$remat" train --gradient_checkpointing_interval=0
 expect 2 "got '-3'" -- "$remat" train --gradient_checkpointing_interval=-3

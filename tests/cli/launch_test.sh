@@ -5,28 +5,7 @@
 # Usage: launch_test.sh <remat binary>
 set -u
 remat=$1
-failures=0
-
-fail() {
-  echo "FAIL: $1"
-  failures=$((failures + 1))
-}
-
-# expect <exit code> <text the output must contain> -- <command...>
-expect() {
-  local code=$1 text=$2
-  shift 3
-  local out status
-  out=$("$@" 2>&1)
-  status=$?
-  if [[ $status -ne $code ]] || [[ "$out" != *"$text"* ]]; then
-    fail "'$*' exited $status (want $code), output:"
-    echo "$out" | head -5
-    echo "  (wanted it to contain: $text)"
-  else
-    echo "ok: $* -> $status"
-  fi
-}
+source "$(dirname "$0")/expect.sh"
 
 expect 0 "LOCAL_WORLD_SIZE=N" -- "$remat" launch --help
 expect 0 "(137 for SIGKILL)" -- "$remat" launch --help

@@ -9,88 +9,20 @@
 // same bits as every rank of plain data parallel, and the broadcast copies bytes.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include <torch/torch.h>
 
+#include "rank_processes.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "temp_dir.h"
 
-extern char** environ;
-
 namespace {
-
-// A port no process listens on now: the kernel's choice for port 0.
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  socklen_t length = sizeof(address);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-pid_t spawn_worker(const std::string& output, int rank, int world_size, int port) {
-  std::vector<std::string> env_text = {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
-                                       "LOCAL_RANK=" + std::to_string(rank),
-                                       "LOCAL_WORLD_SIZE=" + std::to_string(world_size), "MASTER_ADDR=127.0.0.1",
-                                       "MASTER_PORT=" + std::to_string(port),
-                                       "SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS=60"};
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    bool ours = false;
-    for (const char* name : {"RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                             "MASTER_PORT=", "SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS="}) {
-      ours = ours || entry.rfind(name, 0) == 0;
-    }
-    if (!ours) env_text.push_back(entry);
-  }
-  std::vector<char*> envp;
-  for (auto& e : env_text) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string program = REMAT_ZERO_WORKER;
-  std::string dir = output;
-  std::vector<char*> argv = {program.data(), dir.data(), nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, program.c_str(), nullptr, nullptr, argv.data(), envp.data());
-  EXPECT_EQ(rc, 0) << "posix_spawn " << program;
-  return rc == 0 ? pid : -1;
-}
-
-// Exit status of `pid`, or -1 after killing it when it runs past `limit`.
-int wait_for(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
 
 std::map<std::string, int64_t> read_memory(const std::string& path) {
   std::map<std::string, int64_t> out;
@@ -127,15 +59,13 @@ void expect_bitwise_equal(const std::map<std::string, at::Tensor>& a, const std:
 
 TEST(ZeroTwoProcesses, WeightsAndStateEqualPlainDataParallel) {
   remat::testing::TempDir dir("zero_two_process");
-  const int port = free_port();
-  const pid_t rank0 = spawn_worker(dir.str(), 0, 2, port);
-  const pid_t rank1 = spawn_worker(dir.str(), 1, 2, port);
-  ASSERT_GT(rank0, 0);
-  ASSERT_GT(rank1, 0);
-  const int status0 = wait_for(rank0, std::chrono::seconds(180));
-  const int status1 = wait_for(rank1, std::chrono::seconds(30));
-  ASSERT_EQ(status0, 0) << "rank 0 failed (-1: timed out)";
-  ASSERT_EQ(status1, 0) << "rank 1 failed (-1: timed out)";
+  const auto exits = remat::testing::run_ranks(REMAT_ZERO_WORKER, {dir.str()}, 2, dir.str(), std::chrono::seconds(180),
+                                               {{"SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS", "60"}});
+  for (size_t rank = 0; rank < exits.size(); ++rank) {
+    ASSERT_EQ(exits[rank].exit_code, 0) << "rank " << rank << " failed (signal " << exits[rank].signal
+                                        << ", timed out " << exits[rank].timed_out << "):\n"
+                                        << exits[rank].log;
+  }
 
   const auto file0 = remat::io::SafetensorsFile::open(dir / "rank0.safetensors");
   const auto file1 = remat::io::SafetensorsFile::open(dir / "rank1.safetensors");

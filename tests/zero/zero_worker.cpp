@@ -8,11 +8,11 @@
 // measured by the tracking allocator (remat::memory).
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -23,6 +23,7 @@
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/train/optimizer.h"
+#include "remat/train/reducer_synchronizer.h"
 #include "remat/train/step.h"
 #include "remat/train/transformer.h"
 #include "remat/train/zero_optimizer.h"
@@ -34,19 +35,6 @@ using Named = std::vector<std::pair<std::string, at::Tensor>>;
 
 constexpr int kSteps = 3;
 constexpr uint64_t kModelSeed = 1234;
-
-// The step's gradient-sync seam over the c10d reducer (as the trainer wires it).
-class ReducerSync : public train::GradientSynchronizer {
- public:
-  explicit ReducerSync(distributed::GradientReducer& reducer) : reducer_(reducer) {}
-  void before_forward(bool last) override { reducer_.before_forward(last); }
-  void before_backward(const at::Tensor& loss, bool last) override { reducer_.before_backward(loss, last); }
-  void after_backward(bool last) override { reducer_.after_backward(last); }
-  bool gradients_are_views() const override { return true; }
-
- private:
-  distributed::GradientReducer& reducer_;
-};
 
 struct RunResult {
   Named initial;          // clones of the trainable weights before the first step
@@ -79,7 +67,7 @@ RunResult train_steps(distributed::ProcessGroup& group, bool zero) {
   torch::optim::Optimizer& optimizer = zero ? static_cast<torch::optim::Optimizer&>(*sharded) : *plain;
 
   distributed::GradientReducer reducer(group, params, names);
-  ReducerSync sync(reducer);
+  train::ReducerSynchronizer sync(reducer);
   train::StepSettings step_settings;
   step_settings.max_grad_norm = 0.05;  // small: clipping scales every step
   train::TrainingStep step(*model, optimizer, params, step_settings);
