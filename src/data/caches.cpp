@@ -83,12 +83,13 @@ at::Tensor encode_record(encoders::FluxEncoders& flux, const ImageRecord& record
   return flux.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
 }
 
-// Which process of options.shard_count encodes `entry` (FNV-1a of its path: the same on every
-// machine and build, unlike std::hash).
-bool in_shard(const std::string& entry, const CacheOptions& options) {
+// Whether this process (of options.shard_count) encodes the entry named by `key`. The key leaves
+// out where the caches live, which machines may mount at different paths; FNV-1a, unlike
+// std::hash, is the same on every machine and build.
+bool in_shard(const std::string& key, const CacheOptions& options) {
   if (options.shard_count <= 1) return true;
   uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : entry) h = (h ^ c) * 1099511628211ULL;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
   return static_cast<int>(h % static_cast<uint64_t>(options.shard_count)) == options.shard_index;
 }
 
@@ -140,7 +141,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
       latents_paths[d].push_back(job.entry);
       if (detail::entry_is_current(job.entry, job.metadata, {"latents"})) {
         ++report.images_reused;
-      } else if (in_shard(job.entry, options)) {
+      } else if (in_shard(dataset.config.id + '\0' + record.relative_path, options)) {
         image_jobs.push_back(std::move(job));
       }
     }
@@ -194,7 +195,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
     if (detail::entry_is_current(it->second, detail::text_entry_metadata(caption, text_identity),
                                  {"prompt_embeds", "pooled_prompt_embeds"})) {
       ++report.captions_reused;
-    } else if (in_shard(it->second, options)) {
+    } else if (in_shard(caption, options)) {
       text_jobs.push_back({caption, it->second});
     }
     return it->second;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <thread>
 #include <utility>
 
@@ -15,6 +16,8 @@
 
 #include "flux_tiny_dataset.h"
 #include "rank_processes.h"
+#include "remat/encoders/demo_pipeline.h"
+#include "remat/encoders/image_file.h"
 #include "remat/io/safetensors.h"
 #include "remat/train/config.h"
 #include "remat/train/trainer.h"
@@ -198,6 +201,55 @@ TEST_F(DataParallelTraining, AccumulationOnEachRankEqualsOneProcessWithinRoundin
   one_process("untrained", {"--model_type=full", "--max_train_steps=0"});
   EXPECT_GT(max_difference(weights(root_ / "two" / kFullWeightsFile), weights(root_ / "untrained" / kFullWeightsFile)),
             1e-4);
+}
+
+// An image run on 2 processes: each rank encodes its share of the caches (the split is by file
+// name), then both train on every sample; the weights equal those of one process with the same
+// global batch that built its caches alone. Caption dropout is on, so its draws must agree too.
+TEST_F(DataParallelTraining, ImageRunSplitsTheCachingAndEqualsOneProcess) {
+  const fs::path pipeline = root_ / "pipeline";
+  encoders::write_demo_pipeline(pipeline.string());
+  const std::vector<std::string> colours{"red", "green", "blue", "grey", "white", "black", "yellow", "purple"};
+  for (size_t i = 0; i < colours.size(); ++i) {
+    auto picture = at::full({32, 32, 3}, static_cast<int64_t>(20 + 25 * i), at::kByte);
+    picture.slice(0, 8, 16).select(2, i % 3).fill_(250);
+    fs::create_directories(root_ / "images");
+    encoders::write_png((root_ / "images" / ("a " + colours[i] + " square.png")).string(), picture);
+  }
+  const std::vector<std::string> common{"--model_type=lora",
+                                        "--pretrained_model_name_or_path=" + pipeline.string(),
+                                        "--instance_data_dir=" + (root_ / "images").string(),
+                                        "--resolution=32",
+                                        "--resolution_type=pixel",
+                                        "--caption_dropout_probability=0.25",
+                                        "--max_train_steps=2"};
+  auto two = common;
+  two.push_back("--cache_dir=" + (root_ / "cache-two").string());
+  const auto exits = two_processes("two", two);
+  expect_succeeded(exits);
+  int64_t images = 0, captions = 0;
+  for (size_t rank = 0; rank < exits.size(); ++rank) {
+    static const std::regex share(R"(encoded (\d+) image\(s\) and (\d+) caption\(s\) of its share)");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(exits[rank].log, m, share)) << exits[rank].log;
+    std::cout << "[ measured ] rank " << rank << " " << m.str(0) << "\n";
+    EXPECT_GT(std::stoll(m[1]), 0) << "rank " << rank << " encoded no picture: the work was not split";
+    images += std::stoll(m[1]);
+    captions += std::stoll(m[2]);
+  }
+  EXPECT_EQ(images, 8);     // every picture once
+  EXPECT_EQ(captions, 9);   // every caption once, and the empty one
+
+  auto single = common;
+  single.push_back("--cache_dir=" + (root_ / "cache-one").string());
+  single.push_back("--gradient_accumulation_steps=2");
+  one_process("one", single);
+  expect_bitwise_equal(root_ / "two" / kLoraWeightsFile, root_ / "one" / kLoraWeightsFile);
+  double largest = 0;
+  for (const auto& [name, t] : weights(root_ / "two" / kLoraWeightsFile)) {
+    if (name.find("lora_B") != std::string::npos) largest = std::max(largest, t.abs().max().item<double>());
+  }
+  EXPECT_GT(largest, 1e-4);
 }
 
 // A checkpoint of two processes resumes in one (with the same global batch), and the reverse;

@@ -1,6 +1,6 @@
 // The caching phase (remat/data/caches.h) on a tiny random-weight pipeline folder: reuse,
-// invalidation, resume after an interrupted run, bad pictures, and the cached tensors against the
-// encoders run independently on the same crop.
+// invalidation, resume after an interrupted run, shares of several processes, bad pictures, and
+// the cached tensors against the encoders run independently on the same crop.
 #include <gtest/gtest.h>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -90,6 +90,14 @@ class CacheBuild : public ::testing::Test {
 
   CacheReport run(const std::vector<ImageRecord>& images) {
     return build_caches({dataset(images)}, backends(), options());
+  }
+
+  // What one of `count` processes caches (CacheOptions::shard_index).
+  CacheReport run_shard(const std::vector<ImageRecord>& images, int index, int count) {
+    CacheOptions o = options();
+    o.shard_index = index;
+    o.shard_count = count;
+    return build_caches({dataset(images)}, backends(), o);
   }
 
   static std::unique_ptr<TempDir> pipeline_;
@@ -237,6 +245,75 @@ TEST_F(CacheBuild, CachedTensorsAreTheEncodersOutputsOnTheSameCrop) {
   const auto empty = flux.encode_prompt("");
   EXPECT_TRUE(at::equal(io::SafetensorsFile::open(report.empty_caption_path).tensor("prompt_embeds"),
                         empty.prompt_embeds));
+}
+
+// Several processes: each encodes a disjoint share, together everything once, and what they
+// wrote is what one process writes (each latent's noise is keyed by its path, not by the order).
+TEST_F(CacheBuild, ShardsEncodeDisjointSharesThatTogetherEqualOneProcess) {
+  const std::vector<ImageRecord> images = {
+      add_image("a.png", "a red square", 1),   add_image("b.png", "a blue circle", 2),
+      add_image("c.png", "a red square", 3),   add_image("d.png", "a green triangle", 4),
+      add_image("e.png", "a white star", 5),   add_image("sub/f.png", "a blue circle", 6)};
+  const auto shard0 = run_shard(images, 0, 2);
+  const auto shard1 = run_shard(images, 1, 2);
+  std::printf("[ figures  ] shard 0 encoded %lld images, %lld captions; shard 1 %lld, %lld\n",
+              static_cast<long long>(shard0.images_encoded), static_cast<long long>(shard0.captions_encoded),
+              static_cast<long long>(shard1.images_encoded), static_cast<long long>(shard1.captions_encoded));
+  EXPECT_GT(shard0.images_encoded, 0);
+  EXPECT_GT(shard1.images_encoded, 0);
+  EXPECT_EQ(shard0.images_encoded + shard1.images_encoded, 6);  // disjoint: nothing encoded twice
+  // Run one after the other here, the second finds the first's entries current.
+  EXPECT_EQ(shard0.images_reused, 0);
+  EXPECT_EQ(shard1.images_reused, shard0.images_encoded);
+  EXPECT_EQ(shard0.captions_encoded + shard1.captions_encoded, 5);  // four captions and the empty one
+  // The unsharded pass after them (what every rank runs after the barrier) finds all current.
+  const auto after = run(images);
+  EXPECT_EQ(after.images_encoded, 0);
+  EXPECT_EQ(after.images_reused, 6);
+  EXPECT_EQ(after.captions_encoded, 0);
+  EXPECT_EQ(after.captions_reused, 5);
+
+  // The same work in other directories (machines may mount the caches at different paths).
+  const auto build_in = [&](const TempDir& root, int index, int count) {
+    ScannedDataset d = dataset(images);
+    d.config.cache_dir_vae = root / "vae";
+    DataBackendConfig b;
+    b.text_embeds.push_back({"text", root / "text", true});
+    CacheOptions o = options();
+    o.shard_index = index;
+    o.shard_count = count;
+    return build_caches({d}, b, o);
+  };
+  // A share does not depend on where the caches live.
+  const TempDir elsewhere("cache_shard_elsewhere");
+  const auto shard0_elsewhere = build_in(elsewhere, 0, 2);
+  EXPECT_EQ(shard0_elsewhere.images_encoded, shard0.images_encoded);
+  EXPECT_EQ(shard0_elsewhere.captions_encoded, shard0.captions_encoded);
+  // One process: the same tensors.
+  const TempDir alone("cache_one_process");
+  const auto reference = build_in(alone, 0, 1);
+  EXPECT_EQ(reference.images_encoded, 6);
+  ASSERT_EQ(after.samples[0].size(), 6u);
+  ASSERT_EQ(reference.samples[0].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const auto& sharded = after.samples[0][i];
+    const auto& single = reference.samples[0][i];
+    EXPECT_NE(sharded.latents_path, single.latents_path);
+    EXPECT_TRUE(at::equal(io::SafetensorsFile::open(sharded.latents_path).tensor("latents"),
+                          io::SafetensorsFile::open(single.latents_path).tensor("latents")))
+        << images[i].relative_path;
+    EXPECT_TRUE(at::equal(io::SafetensorsFile::open(sharded.text_path).tensor("prompt_embeds"),
+                          io::SafetensorsFile::open(single.text_path).tensor("prompt_embeds")))
+        << images[i].caption;
+  }
+
+  try {
+    run_shard(images, 2, 2);
+    ADD_FAILURE() << "shard 2 of 2 was accepted";
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard_index must be in [0, shard_count), got 2 of 2"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(CacheBuild, APictureThatCannotBeDecodedIsReportedNotFatal) {

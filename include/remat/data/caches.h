@@ -42,8 +42,9 @@ struct CacheOptions {
   /// Progress and messages: one call per line (the CLI draws a bar on a terminal).
   std::function<void(const std::string&)> log;
   bool terminal = false;        ///< draw a redrawn progress bar instead of plain lines
-  /// Several processes caching one dataset: this one encodes only the entries whose file name
-  /// hashes to shard_index modulo shard_count and leaves the rest to the others. After every
+  /// Several processes caching one dataset: this one encodes only the entries whose key (a
+  /// picture's dataset id and relative path, a caption's text: never the cache directory) hashes
+  /// to shard_index modulo shard_count and leaves the rest to the others. After every
   /// process has finished its shard, one unsharded call finds every entry current (only pictures
   /// that failed are tried again) and returns the whole report.
   int shard_index = 0;
