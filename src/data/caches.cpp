@@ -21,12 +21,12 @@ namespace remat::data {
 namespace fs = std::filesystem;
 using detail::Metadata;
 
-uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path) {
-  const std::string hex = detail::fnv1a_128_hex(std::to_string(seed) + '\0' + relative_path);
-  return std::stoull(hex.substr(0, 16), nullptr, 16);
-}
-
 namespace {
+
+// The first 64 bits of FNV-1a 128 over `bytes`: the same on every machine and build, unlike std::hash.
+uint64_t fnv1a_128_first_64_bits(const std::string& bytes) {
+  return std::stoull(detail::fnv1a_128_hex(bytes).substr(0, 16), nullptr, 16);
+}
 
 struct ImageJob {
   const ImageRecord* record = nullptr;
@@ -83,17 +83,18 @@ at::Tensor encode_record(encoders::FluxEncoders& flux, const ImageRecord& record
   return flux.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
 }
 
-// Whether this process (of options.shard_count) encodes the entry named by `key`. The key leaves
-// out where the caches live, which machines may mount at different paths; FNV-1a, unlike
-// std::hash, is the same on every machine and build.
-bool in_shard(const std::string& key, const CacheOptions& options) {
-  if (options.shard_count <= 1) return true;
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ULL;
-  return static_cast<int>(h % static_cast<uint64_t>(options.shard_count)) == options.shard_index;
+// Whether this process encodes the entry named by `key` (CacheShare). The key leaves out where
+// the caches live, which machines may mount at different paths.
+bool in_share(const std::string& key, const CacheShare& share) {
+  if (share.count <= 1) return true;
+  return fnv1a_128_first_64_bits(key) % static_cast<uint64_t>(share.count) == static_cast<uint64_t>(share.index);
 }
 
 }  // namespace
+
+uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path) {
+  return fnv1a_128_first_64_bits(std::to_string(seed) + '\0' + relative_path);
+}
 
 CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const DataBackendConfig& backends,
                          const CacheOptions& options) {
@@ -103,9 +104,10 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   // replace them. Restoring the generator afterwards makes a run train the same whether its
   // caches were cold (encoders loaded) or warm (nothing loaded).
   GlobalGeneratorGuard keep_global_generator;
-  TORCH_CHECK_VALUE(options.shard_count >= 1 && options.shard_index >= 0 && options.shard_index < options.shard_count,
-                    "[cache] shard_index must be in [0, shard_count), got ", options.shard_index, " of ",
-                    options.shard_count);
+  const CacheShare& share = options.share;
+  TORCH_CHECK_VALUE(share.count >= 1 && share.index >= 0 && share.index < share.count,
+                    "[cache] a share's index must be in [0, count), got ", share.index, " of ", share.count);
+  const bool remove_interrupted_writes = share.remove_interrupted_writes && share.count == 1;
   const auto log = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
   encoders::FluxEncodersOptions base;
   base.dtype = encoder_dtype(options.dtype);
@@ -131,7 +133,8 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   std::vector<std::vector<std::string>> latents_paths(datasets.size());
   for (size_t d = 0; d < datasets.size(); ++d) {
     const auto& dataset = datasets[d];
-    if (const auto removed = detail::remove_interrupted_writes(dataset.config.cache_dir_vae)) {
+    if (const auto removed =
+            remove_interrupted_writes ? detail::remove_interrupted_writes(dataset.config.cache_dir_vae) : 0) {
       log("[cache] removed " + std::to_string(removed) + " partial file(s) an interrupted run left in " +
           dataset.config.cache_dir_vae);
     }
@@ -141,7 +144,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
       latents_paths[d].push_back(job.entry);
       if (detail::entry_is_current(job.entry, job.metadata, {"latents"})) {
         ++report.images_reused;
-      } else if (in_shard(dataset.config.id + '\0' + record.relative_path, options)) {
+      } else if (in_share(dataset.config.id + '\0' + record.relative_path, share)) {
         image_jobs.push_back(std::move(job));
       }
     }
@@ -195,14 +198,14 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
     if (detail::entry_is_current(it->second, detail::text_entry_metadata(caption, text_identity),
                                  {"prompt_embeds", "pooled_prompt_embeds"})) {
       ++report.captions_reused;
-    } else if (in_shard(caption, options)) {
+    } else if (in_share(caption, share)) {
       text_jobs.push_back({caption, it->second});
     }
     return it->second;
   };
   std::set<std::string> cleaned;
   for (const auto& t : backends.text_embeds) {
-    if (cleaned.insert(t.cache_dir).second) {
+    if (remove_interrupted_writes && cleaned.insert(t.cache_dir).second) {
       if (const auto removed = detail::remove_interrupted_writes(t.cache_dir)) {
         log("[cache] removed " + std::to_string(removed) + " partial file(s) an interrupted run left in " +
             t.cache_dir);

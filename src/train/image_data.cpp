@@ -135,7 +135,7 @@ std::string image_pipeline_folder(const TrainConfig& config) {
 }
 
 data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImageData& scanned, const LogFn& log,
-                                   bool terminal, int shard_index, int shard_count) {
+                                   bool terminal, const data::CacheShare& share) {
   data::CacheOptions options;
   options.pipeline_folder = image_pipeline_folder(config);
   options.dtype = config.mixed_precision == "bf16" ? "bf16" : "fp32";
@@ -144,8 +144,7 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
   options.seed = static_cast<uint64_t>(config.seed.value_or(0));
   options.log = log;
   options.terminal = terminal;
-  options.shard_index = shard_index;
-  options.shard_count = shard_count;
+  options.share = share;
   return data::build_caches(scanned.datasets, scanned.backends, options);
 }
 

@@ -386,16 +386,23 @@ void Trainer::setup() {
 void Trainer::setup_image_data() {
   const ScannedImageData scanned = scan_image_data(config_, hooks_.log);
   image_pipeline_folder(config_);  // a clear error before the caching phase starts
+  data::CacheReport report;
   if (group_) {
-    // Each rank encodes its share, then one pass over everything (all current by then) gives
-    // every rank the same report and samples.
-    const data::CacheReport share = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal,
-                                                     env_.rank, env_.world_size);
+    // Each rank encodes its share. Then rank 0 alone passes over everything: it removes what
+    // interrupted runs left (no rank is writing now) and retries pictures that failed. Then the
+    // others pass over everything, all current by then, for the same report and samples.
+    const data::CacheShare mine{env_.rank, env_.world_size, /*remove_interrupted_writes=*/false};
+    const data::CacheReport share = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal, mine);
     hooks_.log("[cache] " + env_.describe() + " encoded " + std::to_string(share.images_encoded) + " image(s) and " +
                std::to_string(share.captions_encoded) + " caption(s) of its share");
     barrier("every rank's share of the caches written");
+    if (main_rank()) report = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal);
+    barrier("rank 0's pass over the caches");
+    const data::CacheShare reader{0, 1, /*remove_interrupted_writes=*/false};
+    if (!main_rank()) report = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal, reader);
+  } else {
+    report = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal);
   }
-  const data::CacheReport report = cache_image_data(config_, scanned, hooks_.log, hooks_.progress_is_terminal);
   for (const auto& line : describe_cache_report(report)) hooks_.log(line);
   const auto datasets = cached_datasets(scanned, report);
   if (datasets.empty()) {

@@ -203,17 +203,17 @@ TEST_F(DataParallelTraining, AccumulationOnEachRankEqualsOneProcessWithinRoundin
             1e-4);
 }
 
-// An image run on 2 processes: each rank encodes its share of the caches (the split is by file
-// name), then both train on every sample; the weights equal those of one process with the same
+// An image run on 2 processes: each rank encodes its share of the caches (data::CacheShare),
+// then both train on every sample; the weights equal those of one process with the same
 // global batch that built its caches alone. Caption dropout is on, so its draws must agree too.
 TEST_F(DataParallelTraining, ImageRunSplitsTheCachingAndEqualsOneProcess) {
   const fs::path pipeline = root_ / "pipeline";
   encoders::write_demo_pipeline(pipeline.string());
   const std::vector<std::string> colours{"red", "green", "blue", "grey", "white", "black", "yellow", "purple"};
+  fs::create_directories(root_ / "images");
   for (size_t i = 0; i < colours.size(); ++i) {
     auto picture = at::full({32, 32, 3}, static_cast<int64_t>(20 + 25 * i), at::kByte);
     picture.slice(0, 8, 16).select(2, i % 3).fill_(250);
-    fs::create_directories(root_ / "images");
     encoders::write_png((root_ / "images" / ("a " + colours[i] + " square.png")).string(), picture);
   }
   const std::vector<std::string> common{"--model_type=lora",

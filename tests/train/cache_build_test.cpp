@@ -62,22 +62,6 @@ class CacheBuild : public ::testing::Test {
                           .count();
   }
 
-  ScannedDataset dataset(std::vector<ImageRecord> images) const {
-    ScannedDataset d;
-    d.config.id = "pictures";
-    d.config.instance_data_dir = images_.str();
-    d.config.cache_dir_vae = caches_ / "vae";
-    d.config.text_embeds = "text";
-    d.images = std::move(images);
-    return d;
-  }
-
-  DataBackendConfig backends() const {
-    DataBackendConfig b;
-    b.text_embeds.push_back({"text", caches_ / "text", true});
-    return b;
-  }
-
   CacheOptions options() const {
     CacheOptions o;
     o.pipeline_folder = pipeline_->str();
@@ -88,16 +72,23 @@ class CacheBuild : public ::testing::Test {
     return o;
   }
 
-  CacheReport run(const std::vector<ImageRecord>& images) {
-    return build_caches({dataset(images)}, backends(), options());
+  CacheReport run(const std::vector<ImageRecord>& images, const CacheShare& share = {}) {
+    return run_in(caches_, images, share);
   }
 
-  // What one of `count` processes caches (CacheOptions::shard_index).
-  CacheReport run_shard(const std::vector<ImageRecord>& images, int index, int count) {
+  // The caching phase with its caches under `root` (vae/ and text/), `share` of the work.
+  CacheReport run_in(const TempDir& root, const std::vector<ImageRecord>& images, const CacheShare& share = {}) {
+    ScannedDataset d;
+    d.config.id = "pictures";
+    d.config.instance_data_dir = images_.str();
+    d.config.cache_dir_vae = root / "vae";
+    d.config.text_embeds = "text";
+    d.images = images;
+    DataBackendConfig backends;
+    backends.text_embeds.push_back({"text", root / "text", true});
     CacheOptions o = options();
-    o.shard_index = index;
-    o.shard_count = count;
-    return build_caches({dataset(images)}, backends(), o);
+    o.share = share;
+    return build_caches({d}, backends, o);
   }
 
   static std::unique_ptr<TempDir> pipeline_;
@@ -249,71 +240,85 @@ TEST_F(CacheBuild, CachedTensorsAreTheEncodersOutputsOnTheSameCrop) {
 
 // Several processes: each encodes a disjoint share, together everything once, and what they
 // wrote is what one process writes (each latent's noise is keyed by its path, not by the order).
-TEST_F(CacheBuild, ShardsEncodeDisjointSharesThatTogetherEqualOneProcess) {
+TEST_F(CacheBuild, SharesAreDisjointAndTogetherEqualOneProcess) {
   const std::vector<ImageRecord> images = {
       add_image("a.png", "a red square", 1),   add_image("b.png", "a blue circle", 2),
       add_image("c.png", "a red square", 3),   add_image("d.png", "a green triangle", 4),
       add_image("e.png", "a white star", 5),   add_image("sub/f.png", "a blue circle", 6)};
-  const auto shard0 = run_shard(images, 0, 2);
-  const auto shard1 = run_shard(images, 1, 2);
-  std::printf("[ figures  ] shard 0 encoded %lld images, %lld captions; shard 1 %lld, %lld\n",
-              static_cast<long long>(shard0.images_encoded), static_cast<long long>(shard0.captions_encoded),
-              static_cast<long long>(shard1.images_encoded), static_cast<long long>(shard1.captions_encoded));
-  EXPECT_GT(shard0.images_encoded, 0);
-  EXPECT_GT(shard1.images_encoded, 0);
-  EXPECT_EQ(shard0.images_encoded + shard1.images_encoded, 6);  // disjoint: nothing encoded twice
+  const auto share0 = run(images, {0, 2});
+  const auto share1 = run(images, {1, 2});
+  std::printf("[ figures  ] share 0 encoded %lld images, %lld captions; share 1 %lld, %lld\n",
+              static_cast<long long>(share0.images_encoded), static_cast<long long>(share0.captions_encoded),
+              static_cast<long long>(share1.images_encoded), static_cast<long long>(share1.captions_encoded));
+  EXPECT_GT(share0.images_encoded, 0);
+  EXPECT_GT(share1.images_encoded, 0);
+  EXPECT_EQ(share0.images_encoded + share1.images_encoded, 6);  // disjoint: nothing encoded twice
   // Run one after the other here, the second finds the first's entries current.
-  EXPECT_EQ(shard0.images_reused, 0);
-  EXPECT_EQ(shard1.images_reused, shard0.images_encoded);
-  EXPECT_EQ(shard0.captions_encoded + shard1.captions_encoded, 5);  // four captions and the empty one
-  // The unsharded pass after them (what every rank runs after the barrier) finds all current.
+  EXPECT_EQ(share0.images_reused, 0);
+  EXPECT_EQ(share1.images_reused, share0.images_encoded);
+  EXPECT_EQ(share0.captions_encoded + share1.captions_encoded, 5);  // four captions and the empty one
+  // The unshared pass after them (what every rank runs after the barrier) finds all current.
   const auto after = run(images);
   EXPECT_EQ(after.images_encoded, 0);
   EXPECT_EQ(after.images_reused, 6);
   EXPECT_EQ(after.captions_encoded, 0);
   EXPECT_EQ(after.captions_reused, 5);
 
-  // The same work in other directories (machines may mount the caches at different paths).
-  const auto build_in = [&](const TempDir& root, int index, int count) {
-    ScannedDataset d = dataset(images);
-    d.config.cache_dir_vae = root / "vae";
-    DataBackendConfig b;
-    b.text_embeds.push_back({"text", root / "text", true});
-    CacheOptions o = options();
-    o.shard_index = index;
-    o.shard_count = count;
-    return build_caches({d}, b, o);
-  };
-  // A share does not depend on where the caches live.
-  const TempDir elsewhere("cache_shard_elsewhere");
-  const auto shard0_elsewhere = build_in(elsewhere, 0, 2);
-  EXPECT_EQ(shard0_elsewhere.images_encoded, shard0.images_encoded);
-  EXPECT_EQ(shard0_elsewhere.captions_encoded, shard0.captions_encoded);
+  // A share does not depend on where the caches live (machines may mount them at other paths);
+  // where the other shares are missing (caches local to a machine), the unshared pass encodes them.
+  const TempDir elsewhere("cache_share_elsewhere");
+  const auto share0_elsewhere = run_in(elsewhere, images, {0, 2});
+  EXPECT_EQ(share0_elsewhere.images_encoded, share0.images_encoded);
+  EXPECT_EQ(share0_elsewhere.captions_encoded, share0.captions_encoded);
+  const auto rest_elsewhere = run_in(elsewhere, images);
+  EXPECT_EQ(rest_elsewhere.images_encoded, 6 - share0.images_encoded);
+  EXPECT_EQ(rest_elsewhere.captions_encoded, 5 - share0.captions_encoded);
+
   // One process: the same tensors.
   const TempDir alone("cache_one_process");
-  const auto reference = build_in(alone, 0, 1);
+  const auto reference = run_in(alone, images);
   EXPECT_EQ(reference.images_encoded, 6);
   ASSERT_EQ(after.samples[0].size(), 6u);
   ASSERT_EQ(reference.samples[0].size(), 6u);
   for (size_t i = 0; i < 6; ++i) {
-    const auto& sharded = after.samples[0][i];
+    const auto& shared = after.samples[0][i];
     const auto& single = reference.samples[0][i];
-    EXPECT_NE(sharded.latents_path, single.latents_path);
-    EXPECT_TRUE(at::equal(io::SafetensorsFile::open(sharded.latents_path).tensor("latents"),
+    EXPECT_TRUE(at::equal(io::SafetensorsFile::open(shared.latents_path).tensor("latents"),
                           io::SafetensorsFile::open(single.latents_path).tensor("latents")))
         << images[i].relative_path;
-    EXPECT_TRUE(at::equal(io::SafetensorsFile::open(sharded.text_path).tensor("prompt_embeds"),
+    EXPECT_TRUE(at::equal(io::SafetensorsFile::open(shared.text_path).tensor("prompt_embeds"),
                           io::SafetensorsFile::open(single.text_path).tensor("prompt_embeds")))
         << images[i].caption;
   }
 
   try {
-    run_shard(images, 2, 2);
-    ADD_FAILURE() << "shard 2 of 2 was accepted";
+    run(images, {2, 2});
+    ADD_FAILURE() << "share 2 of 2 was accepted";
   } catch (const c10::ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("shard_index must be in [0, shard_count), got 2 of 2"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("a share's index must be in [0, count), got 2 of 2"), std::string::npos)
         << e.what();
   }
+}
+
+// While several processes cache, a temporary in a cache directory may be another process's write
+// in progress: a share never removes one, even when asked to; a process caching alone does.
+TEST_F(CacheBuild, ASharedCallLeavesOtherProcessesWritesInProgress) {
+  const std::vector<ImageRecord> images = {add_image("a.png", "one", 1), add_image("b.png", "two", 2)};
+  run(images);  // the directories exist
+  const std::string latents_in_progress = caches_ / "vae/.c.png.safetensors.tmp.Xy12Zw";
+  const std::string text_in_progress = caches_ / "text/.0123456789abcdef.safetensors.tmp.Qr34St";
+  std::ofstream(latents_in_progress) << "being written";
+  std::ofstream(text_in_progress) << "being written";
+  run(images, {0, 2, /*remove_interrupted_writes=*/true});
+  run(images, {1, 2});
+  EXPECT_TRUE(fs::exists(latents_in_progress));
+  EXPECT_TRUE(fs::exists(text_in_progress));
+  run(images, {0, 1, /*remove_interrupted_writes=*/false});  // the trainer's other ranks, after rank 0
+  EXPECT_TRUE(fs::exists(latents_in_progress));
+  EXPECT_TRUE(fs::exists(text_in_progress));
+  run(images);  // alone: what an interrupted run left is removed
+  EXPECT_FALSE(fs::exists(latents_in_progress));
+  EXPECT_FALSE(fs::exists(text_in_progress));
 }
 
 TEST_F(CacheBuild, APictureThatCannotBeDecodedIsReportedNotFatal) {

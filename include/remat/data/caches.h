@@ -31,6 +31,22 @@
 
 namespace remat::data {
 
+/// The part of the caching work one process does when several cache the same datasets at once
+/// (the processes of a data-parallel run). The default is a process caching alone.
+struct CacheShare {
+  /// With count > 1, this process encodes only the entries whose key (a picture's dataset id and
+  /// relative path, a caption's text: never the cache directory) hashes to index modulo count,
+  /// and leaves the rest to the others. After every process has finished its share, an unshared
+  /// call finds every entry current (only pictures that failed are tried again) and returns the
+  /// whole report.
+  int index = 0;
+  int count = 1;
+  /// Remove the temporaries an interrupted run left in the cache directories. Only a process
+  /// that has the directories to itself may: while others cache, a temporary can be another
+  /// process's write in progress. So a call with count > 1 never removes them, whatever this says.
+  bool remove_interrupted_writes = true;
+};
+
 struct CacheOptions {
   std::string pipeline_folder;  ///< the diffusers pipeline folder with vae/ and the text encoders
   std::string dtype = "bf16";   ///< encoders' dtype: "bf16" or "fp32"
@@ -42,13 +58,7 @@ struct CacheOptions {
   /// Progress and messages: one call per line (the CLI draws a bar on a terminal).
   std::function<void(const std::string&)> log;
   bool terminal = false;        ///< draw a redrawn progress bar instead of plain lines
-  /// Several processes caching one dataset: this one encodes only the entries whose key (a
-  /// picture's dataset id and relative path, a caption's text: never the cache directory) hashes
-  /// to shard_index modulo shard_count and leaves the rest to the others. After every
-  /// process has finished its shard, one unsharded call finds every entry current (only pictures
-  /// that failed are tried again) and returns the whole report.
-  int shard_index = 0;
-  int shard_count = 1;
+  CacheShare share;             ///< several processes at once: this one's part
 };
 
 /// One training sample after caching: its latents file and its caption's embeddings file.

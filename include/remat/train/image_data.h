@@ -51,11 +51,10 @@ REMAT_API std::string image_pipeline_folder(const TrainConfig& config);
 
 /// The caching phase for `data` with the run's settings: encoders in bf16 when mixed_precision is
 /// bf16, else fp32; seed = config.seed or 0 (caches depend on the data and the seed only, so an
-/// unseeded run still reuses them); terminal: draw a progress bar. shard_index of shard_count:
-/// encode only that process's share (data::CacheOptions).
+/// unseeded run still reuses them); terminal: draw a progress bar; share: this process's part
+/// when several cache at once (data::CacheShare).
 REMAT_API data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImageData& data,
-                                             const LogFn& log, bool terminal, int shard_index = 0,
-                                             int shard_count = 1);
+                                             const LogFn& log, bool terminal, const data::CacheShare& share = {});
 
 /// The report's lines: encoded / reused / failed counts, rates and each phase's peak memory.
 REMAT_API std::vector<std::string> describe_cache_report(const data::CacheReport& report);
