@@ -4,7 +4,22 @@
 #               small Flux preset is trained on them with segmented checkpointing
 #               (configs/demo-flux-lora.json)
 #   make test   the test suite (CTest)
-BUILD_DIR ?= build
+#
+# Two builds of the same sources (docs/BUILDING.md):
+#   TORCH=debian   (default) Debian's LibTorch 1.13, CPU, in build/
+#   TORCH=pytorch  the LibTorch inside a pip PyTorch 2.x with CUDA, in build-pytorch/: PyTorch
+#                  $(PYTORCH_VERSION) is installed in build-pytorch/venv, or PYTORCH_PYTHON=<python> names
+#                  an interpreter whose torch to build against (the PyTorch you already have)
+TORCH ?= debian
+PYTORCH_VERSION ?= 2.11.0
+ifeq ($(TORCH),debian)
+  BUILD_DIR ?= build
+else ifeq ($(TORCH),pytorch)
+  BUILD_DIR ?= build-pytorch
+  PYTORCH_PYTHON ?= $(BUILD_DIR)/venv/bin/python
+else
+  $(error TORCH=$(TORCH) is not a build: use TORCH=debian (Debian's LibTorch 1.13, CPU) or TORCH=pytorch (a pip PyTorch 2.x with CUDA))
+endif
 JOBS ?= $(shell nproc)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
@@ -12,9 +27,21 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
 deps:
 	@scripts/install-deps.sh
+ifeq ($(TORCH),pytorch)
+ifeq ($(PYTORCH_PYTHON),$(BUILD_DIR)/venv/bin/python)
+	@scripts/install-pytorch.sh $(BUILD_DIR)/venv $(PYTORCH_VERSION)
+endif
+endif
+
+# The PyTorch build finds LibTorch where the interpreter's torch keeps its CMake package; its
+# Python tests run with that interpreter too.
+ifeq ($(TORCH),pytorch)
+TORCH_CMAKE_ARGS = -DCMAKE_PREFIX_PATH="$$($(PYTORCH_PYTHON) -c 'import torch;print(torch.utils.cmake_prefix_path)')" \
+  -DREMAT_PYTHON_TORCH="$$($(PYTORCH_PYTHON) -c 'import sys;print(sys.executable)')"
+endif
 
 configure: deps
-	@test -f $(BUILD_DIR)/CMakeCache.txt || cmake -S . -B $(BUILD_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release
+	@test -f $(BUILD_DIR)/CMakeCache.txt || cmake -S . -B $(BUILD_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release $(TORCH_CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -35,7 +62,7 @@ test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout 600
 
 bench: deps
-	cmake -S . -B $(BUILD_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DREMAT_BUILD_BENCHMARKS=ON
+	cmake -S . -B $(BUILD_DIR) $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DREMAT_BUILD_BENCHMARKS=ON $(TORCH_CMAKE_ARGS)
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 	$(BUILD_DIR)/bench/checkpoint_overhead
 
@@ -60,4 +87,4 @@ fuzz: deps
 	ASAN_OPTIONS=detect_leaks=0 ctest --test-dir $(FUZZ_DIR) --output-on-failure -j $(JOBS) -L fuzz
 
 clean:
-	rm -rf $(BUILD_DIR) $(SANITIZE_DIR) $(FUZZ_DIR) out
+	rm -rf build build-pytorch $(SANITIZE_DIR) $(FUZZ_DIR) out

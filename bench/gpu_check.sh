@@ -1,73 +1,121 @@
 #!/usr/bin/env bash
-# One prepared GPU check for a machine with a CUDA PyTorch 2.x (not run in the CPU-only task that
-# wrote it). Builds remat against that PyTorch, runs the gpu-labelled tests (if any), then
-# `remat bench` on a Flux-shaped model in bf16 at 1024x1024 (4096 image + 512 text tokens,
-# batch 1) for off,1,2,4,offload and an auto budget, and the PyTorch-eager comparison.
+# The GPU check in one command, for a machine with a CUDA GPU, a PyTorch 2.x with CUDA, 16 cores
+# and no network: builds remat against that PyTorch (the CUDA build), runs the GPU tests
+# (tests/gpu, CTest label gpu), then a benchmark table of training steps on the device, all within
+# 8 minutes, and writes everything into one folder.
 #
-# usage: bench/gpu_check.sh            (results under $OUT if set, else ./gpu-check-results)
-# env:   BLOCKS_DOUBLE / BLOCKS_SINGLE  block counts of the Flux-shaped config (default 4 / 8:
-#        flux-dev's width, fewer blocks so it fits any 24 GB+ GPU; 19 / 38 is flux-dev itself)
-#        LORA_RANK (default 16; 0 = full fine-tune), STEPS (default 5), JOBS (default 16)
-#        AUTO_BUDGET (default 20GiB)
+#   bench/gpu_check.sh                 results in $OUT if set, else ./gpu-check-results
+#   BUILD_ONLY=1 bench/gpu_check.sh    the build part alone (what a CPU machine can check)
+#
+# The benchmark (remat bench, bf16 weights and autocast, LoRA rank 16, batch 1, 512 text tokens):
+#   flux-small, and a full-width FLUX.1 block stack (FLUX.1-dev's widths: 3072 wide, 24 heads;
+#   2 double-stream + 4 single-stream blocks), each at 512x512 and 1024x1024 pixels; per run the
+#   layouts off (no checkpointing), 1 (per block), 2 (interval 2), offload (per block, saved inputs
+#   in pinned host memory) and auto:BUDGET (the planner's pick under a device-memory budget), each
+#   with base_model_precision no_change, int8-quanto and nf4-bnb: step time (median) and peak
+#   device memory (the caching allocator's), measured and predicted.
+#
+# Results: gpu_check.log (everything printed), version.txt (remat --version), ctest_gpu.txt,
+# bench-<model>-<px>.{txt,json,csv,svg}, summary.md (one table of every bench run).
+#
+# env: PYTHON (the interpreter whose torch to build against; default python3), JOBS (default 16),
+#      BUILD_DIR (default <source>/build-gpu), STEPS (default 3), AUTO_BUDGET (default 12GiB)
 set -euo pipefail
 
 SOURCE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RESULTS="${OUT:-$PWD/gpu-check-results}"
 BUILD="${BUILD_DIR:-$SOURCE_DIR/build-gpu}"
 JOBS="${JOBS:-16}"
-BLOCKS_DOUBLE="${BLOCKS_DOUBLE:-4}"
-BLOCKS_SINGLE="${BLOCKS_SINGLE:-8}"
-LORA_RANK="${LORA_RANK:-16}"
-STEPS="${STEPS:-5}"
-AUTO_BUDGET="${AUTO_BUDGET:-20GiB}"
+STEPS="${STEPS:-3}"
+AUTO_BUDGET="${AUTO_BUDGET:-12GiB}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$RESULTS"
 exec > >(tee "$RESULTS/gpu_check.log") 2>&1
+started=$(date +%s)
+elapsed() { echo "$(( $(date +%s) - started )) s"; }
 
 echo "== machine"
 date -u
-nvidia-smi || true
-"$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+nproc
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+"$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())'
 
-echo "== build (PyTorch's LibTorch, CUDA parts on)"
+echo "== prerequisites"
+# What the build needs besides PyTorch (Debian's -dev packages here): named at once if missing,
+# since a machine without a network cannot install them.
+missing=()
+for header in nlohmann/json.hpp toml++/toml.h unicode/uchar.h jpeglib.h webp/decode.h libexif/exif-data.h png.h \
+              sentencepiece_processor.h httplib.h gtest/gtest.h gloo/algorithm.h CLI/CLI.hpp; do
+  [[ -f /usr/include/$header || -f /usr/local/include/$header ]] || missing+=("$header")
+done
+command -v cmake >/dev/null || missing+=(cmake)
+command -v nvcc >/dev/null || missing+=("nvcc (the CUDA toolkit, which PyTorch's CMake package needs)")
+if ((${#missing[@]})); then
+  echo "cannot build: missing ${missing[*]} (scripts/install-deps.sh lists the Debian packages)"
+  exit 1
+fi
+GENERATOR=()
+command -v ninja >/dev/null && GENERATOR=(-G Ninja)
+
+echo "== build: the CUDA build against $("$PYTHON" -c 'import torch; print(torch.__file__)')"
 PREFIX="$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-cmake -S "$SOURCE_DIR" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
-  -DREMAT_WITH_CUDA=ON -DREMAT_BUILD_BENCHMARKS=ON -DREMAT_BUILD_TESTS=ON
-cmake --build "$BUILD" -j "$JOBS"
-
-echo "== gpu-labelled tests"
-(cd "$BUILD" && ctest -L gpu --output-on-failure) | tee "$RESULTS/ctest_gpu.txt" || {
-  echo "gpu tests failed (see above)"; exit 1; }
-
-echo "== Flux-shaped config: flux-dev widths, $BLOCKS_DOUBLE double + $BLOCKS_SINGLE single blocks"
-CONFIG="$RESULTS/flux-gpu-check.json"
-cat > "$CONFIG" <<JSON
-{"_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 64, "out_channels": null,
- "num_layers": $BLOCKS_DOUBLE, "num_single_layers": $BLOCKS_SINGLE, "attention_head_dim": 128,
- "num_attention_heads": 24, "joint_attention_dim": 4096, "pooled_projection_dim": 768,
- "guidance_embeds": true, "axes_dims_rope": [16, 56, 56]}
-JSON
-
+cmake -S "$SOURCE_DIR" -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DREMAT_BUILD_TESTS=ON -DREMAT_PYTHON_TORCH="$(command -v "$PYTHON")" > "$RESULTS/cmake.txt"
+grep -q '^REMAT_WITH_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" || { echo "the LibTorch found has no CUDA"; exit 1; }
+# Only what the check runs: the CLI and the GPU suite (the whole suite is `make test TORCH=pytorch`).
+cmake --build "$BUILD" -j "$JOBS" --target remat_cli gpu_tests
 REMAT="$BUILD/apps/remat/remat"
-COMMON=(--model_family flux --pretrained_transformer_config "$CONFIG" --resolution 1024x1024 --text_tokens 512 --batch 1
-        --dtype bfloat16 --lora_rank "$LORA_RANK" --steps "$STEPS" --warmup 1)
-
-echo "== remat bench (cuda, bf16, 1024x1024)"
-"$REMAT" bench "${COMMON[@]}" --device cuda --layouts "off,1,2,4,offload,auto:$AUTO_BUDGET" \
-  --json "$RESULTS/remat_bench.json" --csv "$RESULTS/remat_bench.csv" --svg "$RESULTS/remat_bench.svg" \
-  | tee "$RESULTS/remat_bench.txt"
-
-echo "== PyTorch eager comparison"
-# bench/flux_eager.py measures on CPU only today (tracked CPU allocator); comparing it with a CUDA
-# remat run would compare devices, not implementations. Run it only once it has a --device flag.
-if "$PYTHON" "$SOURCE_DIR/bench/flux_eager.py" bench --help | grep -q -- "--device"; then
-  "$PYTHON" "$SOURCE_DIR/bench/compare_pytorch.py" --remat "$REMAT" --config "$CONFIG" \
-    --image_tokens 4096 --text_tokens 512 --batch 1 --dtype bfloat16 --lora_rank "$LORA_RANK" \
-    --layouts off,1,2,4 --steps "$STEPS" --warmup 1 --rounds 2 --remat-arg=--device --remat-arg=cuda \
-    --markdown "$RESULTS/compare_pytorch.md" --json "$RESULTS/compare_pytorch.json" \
-    | tee "$RESULTS/compare_pytorch.txt" || echo "comparison failed (see above); remat results are in $RESULTS"
-else
-  echo "skipped: bench/flux_eager.py has no --device flag yet (CPU only); remat results are in $RESULTS"
+"$REMAT" --version | tee "$RESULTS/version.txt"
+echo "build done after $(elapsed)"
+if [[ ${BUILD_ONLY:-0} == 1 ]]; then
+  echo "== BUILD_ONLY=1: stopping before the GPU tests and the benchmark"
+  exit 0
 fi
 
-echo "== done: results in $RESULTS"
+echo "== GPU tests"
+(cd "$BUILD" && ctest -L gpu --output-on-failure --timeout 300) | tee "$RESULTS/ctest_gpu.txt" || {
+  echo "GPU tests failed (see above); the benchmark runs anyway"; }
+echo "GPU tests done after $(elapsed)"
+
+echo "== benchmark"
+STACK="$RESULTS/flux1-block-stack.json"
+cat > "$STACK" <<'JSON'
+{"_class_name": "FluxTransformer2DModel", "patch_size": 1, "in_channels": 64, "out_channels": null,
+ "num_layers": 2, "num_single_layers": 4, "attention_head_dim": 128, "num_attention_heads": 24,
+ "joint_attention_dim": 4096, "pooled_projection_dim": 768, "guidance_embeds": true,
+ "axes_dims_rope": [16, 56, 56]}
+JSON
+bench() {  # bench <name> <resolution> <model flags...>
+  local name=$1 px=$2
+  shift 2
+  "$REMAT" bench --model_family flux "$@" --resolution "${px}x${px}" --text_tokens 512 --batch 1 \
+    --dtype bfloat16 --device cuda --lora_rank 16 --steps "$STEPS" --warmup 1 \
+    --base_model_precision no_change,int8-quanto,nf4-bnb --layouts "off,1,2,offload,auto:$AUTO_BUDGET" \
+    --json "$RESULTS/bench-$name-$px.json" --csv "$RESULTS/bench-$name-$px.csv" --svg "$RESULTS/bench-$name-$px.svg" \
+    | tee "$RESULTS/bench-$name-$px.txt" || echo "bench $name $px failed (see above)"
+  echo "bench $name $px done after $(elapsed)"
+}
+for px in 512 1024; do
+  bench flux-small "$px" --model_flavour flux-small
+  bench flux1-block-stack "$px" --pretrained_transformer_config "$STACK"
+done
+
+echo "== summary"
+{
+  echo "| model | pixels | base | layout | step s (median) | peak device MiB | predicted MiB |"
+  echo "| --- | --- | --- | --- | --- | --- | --- |"
+  for csv in "$RESULTS"/bench-*.csv; do
+    [[ -f $csv ]] || continue
+    stem=$(basename "$csv" .csv)
+    "$PYTHON" - "$csv" "$stem" <<'PY'
+import csv, sys
+path, stem = sys.argv[1], sys.argv[2]
+model, px = stem[len("bench-"):].rsplit("-", 1)
+for row in csv.DictReader(open(path)):
+    mib = lambda v: f"{float(v) / 1048576:.0f}"
+    print(f"| {model} | {px} | {row['base_model_precision']} | {row['layout']} | "
+          f"{float(row['median_step_s']):.4f} | {mib(row['peak_bytes'])} | {mib(row['predicted_peak_bytes'])} |")
+PY
+  done
+} | tee "$RESULTS/summary.md"
+echo "== done after $(elapsed): results in $RESULTS"

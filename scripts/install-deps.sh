@@ -4,6 +4,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build
+  ccache                  # compiler cache: the builds (LibTorch 1.13, PyTorch 2.x, fuzz) and CI's clone share it
   libtorch-dev            # LibTorch 1.13 (CPU)
   libgloo-dev             # Gloo's headers: c10d's ProcessGroupGloo (multi-process training) includes them
   libopenblas0-pthread    # optimised BLAS: without it fp32 matmuls run ~50x slower
@@ -19,6 +20,8 @@ packages=(
   libicu-dev              # CLIP's tokenizer: Unicode classes, NFC, lower case
   libcpp-httplib-dev pkg-config  # cpp-httplib: the HTTP server of `remat ui` (its flags from cpp-httplib.pc)
   python3-torch           # PyTorch eager, for the comparison benchmark in bench/
+  python3-jsonschema      # the options schema check (tests/schema): an independent Draft 2020-12 validator
+  python3-venv            # the PyTorch 2.x build's virtual environment (scripts/install-pytorch.sh)
   clang libclang-rt-dev   # libFuzzer and clang's sanitizer runtimes, for `make fuzz`
   chromium python3-websocket  # the real-browser test of `remat ui` (tests/ui/browser): headless, over DevTools
   fonts-ipafont-gothic fonts-lohit-deva  # CJK and Devanagari glyphs: the UI's translated help, readable in screenshots
@@ -28,10 +31,6 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# Node.js and npm run the JSON Schema check (tests/schema); any installed node will do.
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  missing+=(nodejs npm)
-fi
 
 if ((${#missing[@]} > 0)); then
   echo "Installing missing packages: ${missing[*]}"
@@ -39,10 +38,4 @@ if ((${#missing[@]} > 0)); then
   if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
-fi
-
-# The schema test's validator (Ajv), pinned by tests/schema/package-lock.json.
-schema_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/schema"
-if [[ ! -d "$schema_dir/node_modules/ajv" ]]; then
-  (cd "$schema_dir" && npm ci --no-audit --no-fund --loglevel=error)
 fi

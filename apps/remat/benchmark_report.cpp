@@ -126,11 +126,11 @@ std::string benchmark_json(const BenchmarkReport& report) {
 
 std::string benchmark_csv(const BenchmarkReport& report) {
   std::ostringstream out;
-  out << "layout,chosen_layout,median_step_s,median_forward_s,median_backward_s,median_optimizer_s,"
-         "peak_bytes,predicted_peak_bytes,predicted_step_s,peak_error_pct,budget_bytes\n";
+  out << "base_model_precision,layout,chosen_layout,median_step_s,median_forward_s,median_backward_s,"
+         "median_optimizer_s,peak_bytes,predicted_peak_bytes,predicted_step_s,peak_error_pct,budget_bytes\n";
   out << std::setprecision(9);
   for (const auto& r : report.records) {
-    out << csv_field(r.layout) << ',' << csv_field(r.chosen) << ',' << r.median_step_s << ','
+    out << csv_field(r.base_model_precision) << ',' << csv_field(r.layout) << ',' << csv_field(r.chosen) << ',' << r.median_step_s << ','
         << r.median_forward_s << ',' << r.median_backward_s << ',' << r.median_optimizer_s << ','
         << r.peak_bytes << ',' << r.predicted_peak_bytes << ',' << r.predicted_step_s << ','
         << r.peak_error_pct << ',' << r.budget_bytes << "\n";

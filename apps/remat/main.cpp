@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "command.h"
+#include "remat/build_info.h"
 #include "remat/memory.h"
 #include "remat/train/config.h"
 
@@ -26,7 +27,7 @@ void print_usage(std::ostream& out) {
     out << "  " << name << std::string(name.size() < 18 ? 18 - name.size() : 1, ' ')
         << command.summary << "\n";
   }
-  out << "\n`remat <command> --help` describes a command's options.\n";
+  out << "\n`remat <command> --help` describes a command's options; `remat --version` the build.\n";
 }
 
 }  // namespace
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? kExitUsage : 0;
   }
   const std::string name = argv[1];
+  if (name == "--version" || name == "version") {
+    std::cout << remat::describe(remat::build_info());
+    return 0;
+  }
   auto it = commands().find(name);
   if (it == commands().end()) {
     std::cerr << "remat: unknown command '" << name << "'\n\n";

@@ -6,8 +6,12 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include <cmath>
+#include <cstddef>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -16,10 +20,23 @@
   (TORCH_VERSION_MAJOR > (major) ||                \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+/// Whether the float8 dtypes (at::kFloat8_e4m3fn, ...) exist: LibTorch 2.1 and later.
+#define REMAT_HAS_FLOAT8 REMAT_TORCH_VERSION_AT_LEAST(2, 1)
+
 namespace remat::compat {
+
+inline constexpr bool kHasFloat8 = REMAT_HAS_FLOAT8;
 
 /// Whether at::scaled_dot_product_attention exists (LibTorch 2.0 and later).
 inline constexpr bool kHasScaledDotProductAttention = REMAT_TORCH_VERSION_AT_LEAST(2, 0);
+
+/// The backtrace argument of c10::Error's (message, backtrace) constructor, for errors about the
+/// user's input, which carry none: 1.13 takes the backtrace as text (empty here); later releases
+/// take a lazily computed one (c10/util/Exception.h, Error::Error(std::string, Backtrace)), null
+/// here. Chosen by the constructor present.
+using NoBacktrace = std::conditional_t<std::is_constructible_v<c10::Error, std::string, std::string>,
+                                       std::string, std::nullptr_t>;
+inline NoBacktrace no_backtrace() { return NoBacktrace{}; }
 
 /// Autocast state of the calling thread for one device type. LibTorch 2.4 replaced the per-device
 /// functions (is_enabled / is_cpu_enabled, get_autocast_gpu_dtype ...) with ones taking a
@@ -66,17 +83,13 @@ inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
 }
 
 /// Softmax attention over (B, H, L, d) tensors with scale 1/sqrt(d) and an optional boolean mask
-/// (true = attend) broadcastable to (B, H, L, S). Uses the fused kernel where LibTorch has one
-/// (flash / memory-efficient attention on CUDA saves no L x S matrix); on 1.13 a composite: the
-/// scores and their scaling in the input dtype (rounded to bfloat16 for bfloat16 inputs, where
-/// the fused kernels accumulate in float32), the softmax in float32, the weights and the product
-/// with v in the input dtype again.
-inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
-                                               const at::Tensor& v,
-                                               const c10::optional<at::Tensor>& mask = c10::nullopt) {
-#if REMAT_TORCH_VERSION_AT_LEAST(2, 0)
-  return at::scaled_dot_product_attention(q, k, v, mask);
-#else
+/// (true = attend) broadcastable to (B, H, L, S), written out: the scores and their scaling in the
+/// input dtype (rounded to bfloat16 for bfloat16 inputs, where the fused kernels accumulate in
+/// float32), the softmax in float32, the weights and the product with v in the input dtype again.
+/// It materialises the (B, H, L, S) scores, their softmax, and in training saves them for
+/// backward. What 1.13 runs; kept on every build as the reference the fused kernel is tested against.
+inline at::Tensor attention_formula(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                    const c10::optional<at::Tensor>& mask = c10::nullopt) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
   if (mask.has_value() && mask->defined()) {
@@ -86,6 +99,18 @@ inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Te
   const auto softmax_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   auto weights = at::softmax(scores, -1, softmax_dtype).to(q.scalar_type());
   return at::matmul(weights, v);
+}
+
+/// The same attention through at::scaled_dot_product_attention where LibTorch has it (2.0+): a
+/// fused kernel (flash / memory-efficient attention on CUDA, flash attention on the CPU) that never
+/// holds the whole score matrix and saves only a log-sum-exp per row for backward. 1.13: the formula.
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v,
+                                               const c10::optional<at::Tensor>& mask = c10::nullopt) {
+#if REMAT_TORCH_VERSION_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, mask);
+#else
+  return attention_formula(q, k, v, mask);
 #endif
 }
 

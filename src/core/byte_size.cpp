@@ -6,10 +6,12 @@
 
 #include <c10/util/Exception.h>
 
+#include "remat/compat.h"
+
 namespace remat {
 namespace {
 
-c10::ValueError value_error(const std::string& message) { return c10::ValueError(message, ""); }
+c10::ValueError value_error(const std::string& message) { return c10::ValueError(message, compat::no_backtrace()); }
 
 }  // namespace
 

@@ -2,10 +2,12 @@
 
 #include <c10/util/Exception.h>
 
+#include "remat/compat.h"
+
 namespace remat {
 
 void throw_value_error(const std::string& message) {
-  throw c10::ValueError(message, /*backtrace=*/"");
+  throw c10::ValueError(message, compat::no_backtrace());
 }
 
 }  // namespace remat

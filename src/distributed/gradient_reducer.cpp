@@ -119,7 +119,7 @@ GradientReducer::GradientReducer(ProcessGroup& group, std::vector<at::Tensor> pa
   std::unordered_map<size_t, std::string> param_names;
   for (size_t i = 0; i < names.size(); ++i) param_names.emplace(i, names[i]);
   with_collective_errors(impl_->env, "creating the gradient reducer", [&]() {
-    impl_->reducer = std::make_unique<c10d::Reducer>(
+    impl_->reducer = compat::make_reducer(
         parameters_, std::get<0>(assignment), std::get<1>(assignment), pg, sparse, options.bucket_cap_bytes,
         options.find_unused_parameters, /*gradient_as_bucket_view=*/true, param_names,
         options.first_bucket_cap_bytes);

@@ -11,18 +11,13 @@
 #include <ATen/ATen.h>
 #include <torch/version.h>
 
+#include "remat/compat.h"
 #include "remat/error.h"
 
 namespace remat::models {
 namespace {
 
 constexpr const char* kTag = "[quant] ";
-
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-#define REMAT_HAS_FLOAT8 1
-#else
-#define REMAT_HAS_FLOAT8 0
-#endif
 
 // Largest finite float8 e4m3fn value: the per-channel scale maps each row's absmax onto it.
 [[maybe_unused]] constexpr double kFp8E4m3Max = 448.0;
@@ -225,7 +220,7 @@ std::string to_string(WeightQuantization mode) {
   return "unknown";
 }
 
-bool float8_supported() { return REMAT_HAS_FLOAT8 != 0; }
+bool float8_supported() { return compat::kHasFloat8; }
 
 const std::array<float, 16>& nf4_code_book() {
   // QLoRA (Dettmers et al. 2023), appendix E / bitsandbytes create_normal_map(offset=0.9677083):

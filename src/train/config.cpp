@@ -17,6 +17,7 @@
 #include <torch/cuda.h>
 
 #include "config_formats.h"
+#include "remat/compat.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
 #include "remat/train/options.h"
@@ -26,7 +27,7 @@
 namespace remat::train {
 
 ValidationError::ValidationError(std::string option, std::string value, const std::string& message)
-    : c10::ValueError(message, /*backtrace=*/""), option_(std::move(option)), value_(std::move(value)) {}
+    : c10::ValueError(message, compat::no_backtrace()), option_(std::move(option)), value_(std::move(value)) {}
 
 Backend TrainConfig::checkpoint_backend() const {
   return CheckpointPlan::parse_backend_name(gradient_checkpointing_backend).first->backend();

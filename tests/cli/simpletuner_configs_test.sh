@@ -58,8 +58,20 @@ check_trains() {  # check_trains <label> <exit code> <output>
   echo "ok: $label trains ($(grep -o '^warning: \[train\] [0-9]* SimpleTuner options\?' <<<"$out" | grep -o '[0-9]*' | head -1) SimpleTuner options listed)"
 }
 
+# Lines for one kind of build only (EXPECTED's header): this build's kind from `remat --version`.
+if "$remat" --version | grep -q '^float8 base weights: yes'; then
+  build_kind=float8
+else
+  build_kind=no-float8
+fi
+echo "build: $build_kind"
+
 while read -r file outcome keys; do
   [[ -z "$file" || "$file" == \#* ]] && continue
+  if [[ $file == *: ]]; then
+    [[ ${file%:} == "$build_kind" ]] || continue
+    read -r file outcome keys <<<"$outcome $keys"
+  fi
   config="$configs/$file"
   family=${file%%-*}
   name=${file%.*}

@@ -23,6 +23,7 @@
 #include "remat/train/trainer.h"
 #include "temp_dir.h"
 #include "train/quiet_hooks.h"
+#include "test_paths.h"
 
 namespace remat::train {
 namespace {
@@ -58,7 +59,7 @@ class DataParallelTraining : public ::testing::Test {
     const auto rest = args(output, extra);
     cli.insert(cli.end(), rest.begin(), rest.end());
     fs::create_directories(root_ / ("logs-" + output));
-    return remat::testing::run_ranks(REMAT_CLI_PATH, cli, 2, (root_ / ("logs-" + output)).string(), kDeadline, env);
+    return remat::testing::run_ranks(remat::testing::cli_path(), cli, 2, (root_ / ("logs-" + output)).string(), kDeadline, env);
   }
 
   // Two ranks of an endless LoRA run (interval 2), returned once both are some steps in (the
@@ -71,8 +72,8 @@ class DataParallelTraining : public ::testing::Test {
     cli.insert(cli.end(), rest.begin(), rest.end());
     const fs::path logs = root_ / ("logs-" + output);
     fs::create_directories(logs);
-    auto rank0 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 0, 2, port, (logs / "rank0.log").string(), env);
-    auto rank1 = remat::testing::start_rank(REMAT_CLI_PATH, cli, 1, 2, port, (logs / "rank1.log").string(), env);
+    auto rank0 = remat::testing::start_rank(remat::testing::cli_path(), cli, 0, 2, port, (logs / "rank0.log").string(), env);
+    auto rank1 = remat::testing::start_rank(remat::testing::cli_path(), cli, 1, 2, port, (logs / "rank1.log").string(), env);
     const auto start = std::chrono::steady_clock::now();
     while (remat::testing::read_text(rank1.log_path).find("all-reduced in") == std::string::npos &&
            std::chrono::steady_clock::now() - start < kDeadline) {
@@ -356,7 +357,7 @@ TEST_F(DataParallelTraining, MismatchedConfigurationsAreRefused) {
     std::vector<std::string> cli{"train"};
     const auto rest = args("mismatch", {"--max_train_steps=2", r == 0 ? "--learning_rate=1e-2" : "--learning_rate=2e-2"});
     cli.insert(cli.end(), rest.begin(), rest.end());
-    ranks.push_back(remat::testing::start_rank(REMAT_CLI_PATH, cli, r, 2, port,
+    ranks.push_back(remat::testing::start_rank(remat::testing::cli_path(), cli, r, 2, port,
                                                (root_ / ("logs-mismatch/rank" + std::to_string(r) + ".log")).string()));
   }
   for (const auto& rank : ranks) {

@@ -17,6 +17,7 @@
 #include "remat/io/safetensors.h"
 #include "temp_dir.h"
 #include "remat/memory.h"
+#include "test_paths.h"
 
 namespace fs = std::filesystem;
 using remat::io::LoadOptions;
@@ -82,7 +83,7 @@ void expect_error(const std::function<void()>& fn, const std::vector<std::string
 
 // A file of tests/data/regressions (inputs that once crashed or misread; fuzzing seeds too).
 std::string regression(const std::string& name) {
-  return std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/" + name;
+  return remat::testing::source_dir() + "/tests/data/regressions/" + name;
 }
 
 std::vector<remat::io::NamedTensor> every_dtype() {

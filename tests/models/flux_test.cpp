@@ -11,6 +11,7 @@
 #include "models/reference_ops.h"
 #include "remat/models/flux.h"
 #include "value_error.h"
+#include "test_paths.h"
 
 namespace remat::models {
 namespace {
@@ -230,7 +231,7 @@ TEST_F(FluxTest, ConfigJsonIsBounded) {
   using remat::testing::error_of;
   // `num_layers: 1000000000` once built layers until memory ran out.
   const std::string layers = error_of([] {
-    FluxConfig::from_json_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/flux_config_num_layers_1e9.json");
+    FluxConfig::from_json_file(remat::testing::source_dir() + "/tests/data/regressions/flux_config_num_layers_1e9.json");
   });
   EXPECT_NE(layers.find("[flux] num_layers must be in [0, 1024], got 1000000000"), std::string::npos) << layers;
   const std::string wide = error_of([] {

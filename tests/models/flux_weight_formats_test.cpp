@@ -16,6 +16,7 @@
 #include "remat/train/transformer.h"
 #include "temp_dir.h"
 #include "value_error.h"
+#include "test_paths.h"
 
 namespace remat::models {
 namespace {
@@ -236,7 +237,7 @@ TEST_F(FluxWeightFormatsTest, TransformerLoadingAcceptsBflFilesAndFolders) {
 
 // docs/WEIGHT_FORMATS.md shows the table rendered from the code; the two must not drift apart.
 TEST_F(FluxWeightFormatsTest, DocumentedTableEqualsTheCodeTable) {
-  std::ifstream in(std::string(REMAT_SOURCE_DIR) + "/docs/WEIGHT_FORMATS.md");
+  std::ifstream in(remat::testing::source_dir() + "/docs/WEIGHT_FORMATS.md");
   ASSERT_TRUE(in) << "docs/WEIGHT_FORMATS.md not found";
   std::stringstream text;
   text << in.rdbuf();

@@ -13,6 +13,7 @@
 #include "remat/models/mageflow.h"
 #include "remat/memory.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace remat::models {
 namespace {
@@ -353,7 +354,7 @@ TEST_F(MageFlowModelTest, LoraDefaultTargetsAndInputErrors) {
 TEST_F(MageFlowTest, FileShapesAreCheckedBeforeAllocating) {
   MageFlow model(MageFlowConfig::preset("mageflow-tiny"));
   const auto run = [&](const std::string& file) -> std::string {
-    const auto inputs = io::SafetensorsFile::open(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/" + file);
+    const auto inputs = io::SafetensorsFile::open(remat::testing::source_dir() + "/tests/data/regressions/" + file);
     const at::Tensor shapes = inputs.tensor("img_shapes");
     std::vector<ImageShape> img_shapes;
     for (int64_t i = 0; i < shapes.size(0); ++i) {

@@ -11,6 +11,7 @@
 #include "remat/train/training_state.h"
 #include "temp_dir.h"
 #include "value_error.h"
+#include "test_paths.h"
 
 namespace remat::train {
 namespace {
@@ -19,7 +20,7 @@ namespace fs = std::filesystem;
 using remat::testing::error_of;
 
 std::string regression(const std::string& name) {
-  return std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/" + name;
+  return remat::testing::source_dir() + "/tests/data/regressions/" + name;
 }
 
 // A checkpoint of one trainable tensor "w" (2, 3) after 2 steps, as the trainer writes it.

@@ -7,12 +7,13 @@
 
 #include "remat/train/options.h"
 #include "remat/train/simpletuner.h"
+#include "test_paths.h"
 
 namespace remat::train {
 namespace {
 
 std::optional<std::string> read_doc(const std::string& relative) {
-  std::ifstream in(std::string(REMAT_SOURCE_DIR) + "/" + relative, std::ios::binary);
+  std::ifstream in(remat::testing::source_dir() + "/" + relative, std::ios::binary);
   if (!in) return std::nullopt;
   std::ostringstream s;
   s << in.rdbuf();

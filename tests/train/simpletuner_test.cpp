@@ -19,13 +19,14 @@
 #include "remat/train/options.h"
 #include "remat/train/simpletuner.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace remat::train {
 namespace {
 namespace fs = std::filesystem;
 
 const Environment kCpu{false};
-const fs::path kSource(REMAT_SOURCE_DIR);
+const fs::path kSource(remat::testing::source_dir());
 const fs::path kConfigs = kSource / "tests/cli/simpletuner_configs";
 
 std::vector<std::string> example_keys() {

@@ -17,6 +17,7 @@
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "flux_tiny_dataset.h"
+#include "test_paths.h"
 
 namespace remat::train {
 namespace {
@@ -173,10 +174,10 @@ TEST_F(TrainerTest, ResumeRefusesACorruptCheckpoint) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  fs::copy_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/state_negative_batch_in_epoch.json", state,
+  fs::copy_file(remat::testing::source_dir() + "/tests/data/regressions/state_negative_batch_in_epoch.json", state,
                 fs::copy_options::overwrite_existing);
   expect_refused(state.string() + "': batch_in_epoch must be an integer in [0, ");
-  fs::copy_file(std::string(REMAT_SOURCE_DIR) + "/tests/data/regressions/state_huge_epoch.json", state,
+  fs::copy_file(remat::testing::source_dir() + "/tests/data/regressions/state_huge_epoch.json", state,
                 fs::copy_options::overwrite_existing);
   expect_refused("state.json': epoch must be in [0, 2]");
   fs::copy_file(saved_state, state, fs::copy_options::overwrite_existing);

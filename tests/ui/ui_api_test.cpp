@@ -6,6 +6,7 @@
 
 #include "remat/train/options.h"
 #include "ui_server_fixture.h"
+#include "test_paths.h"
 
 namespace {
 namespace fs = std::filesystem;
@@ -30,7 +31,7 @@ class UiApiTest : public ::testing::Test {
 TEST_F(UiApiTest, ServesEveryPageFileAsInTheSources) {
   UiServer ui(options());
   auto c = ui.client();
-  const std::string assets = std::string(REMAT_SOURCE_DIR) + "/src/ui/assets";
+  const std::string assets = remat::testing::source_dir() + "/src/ui/assets";
   auto root = c.Get("/");
   ASSERT_TRUE(root);
   EXPECT_EQ(root->status, 200);
@@ -69,7 +70,7 @@ TEST_F(UiApiTest, OptionsAreTheRegistryPlusSixLanguages) {
             remat::train::find_option("gradient_checkpointing_interval")->help);
   for (size_t i = 1; i < languages.size(); ++i) {
     const std::string code = languages[i]["code"];
-    std::istringstream doc(read_file(std::string(REMAT_SOURCE_DIR) + "/docs/OPTIONS." + code + ".md"));
+    std::istringstream doc(read_file(remat::testing::source_dir() + "/docs/OPTIONS." + code + ".md"));
     std::string line;
     while (std::getline(doc, line) && line != "### `--gradient_checkpointing_interval`") {}
     std::vector<std::string> bullets;

@@ -13,6 +13,7 @@
 
 #include "remat/ui/server.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace remat::testing {
 
@@ -20,7 +21,7 @@ class UiServer {
  public:
   explicit UiServer(remat::ui::ServerOptions options) {
     options.port = 0;
-    options.remat_executable = REMAT_CLI_PATH;
+    options.remat_executable = remat::testing::cli_path();
     server_ = std::make_unique<remat::ui::Server>(options);
     server_->bind();
     thread_ = std::thread([this] { server_->listen(); });

@@ -21,6 +21,7 @@
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "temp_dir.h"
+#include "test_paths.h"
 
 namespace {
 
@@ -59,7 +60,7 @@ void expect_bitwise_equal(const std::map<std::string, at::Tensor>& a, const std:
 
 TEST(ZeroTwoProcesses, WeightsAndStateEqualPlainDataParallel) {
   remat::testing::TempDir dir("zero_two_process");
-  const auto exits = remat::testing::run_ranks(REMAT_ZERO_WORKER, {dir.str()}, 2, dir.str(), std::chrono::seconds(180),
+  const auto exits = remat::testing::run_ranks(remat::testing::zero_worker_path(), {dir.str()}, 2, dir.str(), std::chrono::seconds(180),
                                                {{"SIMPLETUNER_PROCESS_GROUP_TIMEOUT_SECONDS", "60"}});
   for (size_t rank = 0; rank < exits.size(); ++rank) {
     ASSERT_EQ(exits[rank].exit_code, 0) << "rank " << rank << " failed (signal " << exits[rank].signal

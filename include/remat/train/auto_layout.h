@@ -16,6 +16,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "remat/compat.h"
 #include "remat/export.h"
 #include "remat/layout.h"
 #include "remat/plan.h"
@@ -75,7 +76,7 @@ REMAT_API std::vector<Layout> split_stack_layout(const Layout& layout,
 /// what to change.
 class REMAT_API NoLayoutFits : public c10::ValueError {
  public:
-  explicit NoLayoutFits(const std::string& message) : c10::ValueError(message, "") {}
+  explicit NoLayoutFits(const std::string& message) : c10::ValueError(message, compat::no_backtrace()) {}
 };
 
 /// The planner's choice for a step model.
