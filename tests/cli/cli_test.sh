@@ -15,6 +15,14 @@ expect 2 "did you mean" -- "$remat" train --gradient_checkpointing_intervall=2
 expect 2 "learning_rate" -- "$remat" train --learning_rate=fast
 expect 0 "gradient_checkpointing_interval" -- "$remat" train --help
 expect 2 "unknown command" -- "$remat" frobnicate
+expect 0 "LibTorch" -- "$remat" --version
+# Without a CUDA device (a CPU build, or a CUDA build on a machine without one) --device cuda is
+# refused by name before any work, by every command that takes it.
+if "$remat" --version | grep -qE 'CPU build|; 0 CUDA devices visible'; then
+  expect 2 "device must be cpu or auto on this machine (CUDA is not available), got 'cuda'" -- "$remat" train --device=cuda
+  expect 2 "[bench] device must be cpu on this machine (no CUDA device available), got 'cuda'" -- \
+    "$remat" bench --model_family flux --model_flavour flux-tiny --device cuda
+fi
 
 # Several bad options in one run: every one is reported (one line each), exit code 2.
 out=$("$remat" train --lora_rank=0 --learning_rate=fast --gradient_checkpointing_intervl=2 \
