@@ -34,8 +34,10 @@ struct Case {
 
 TEST(Attention, FusedKernelAndFormulaEqualTheFloat64Reference) {
   torch::manual_seed(0);
-  // fp32: both accumulate in fp32 over d = 64 and 300 keys; bf16: 8 mantissa bits on the output.
-  for (const Case c : {Case{at::kFloat, 1e-5}, Case{at::kBFloat16, 2e-2}, Case{at::kDouble, 1e-12}}) {
+  // fp32: both accumulate in fp32 over d = 64 and 300 keys. bf16: the formula rounds the scores to
+  // bf16 (half an ulp is 2^-7 for |s| in [2, 4), 2^-6 in [4, 8): softmax weights off by up to ~1.6%)
+  // and the output again (8 mantissa bits).
+  for (const Case c : {Case{at::kFloat, 1e-5}, Case{at::kBFloat16, 4e-2}, Case{at::kDouble, 1e-12}}) {
     SCOPED_TRACE(c10::toString(c.dtype));
     const at::Tensor q = torch::randn({2, 3, 200, 64}).to(c.dtype);
     const at::Tensor k = torch::randn({2, 3, 300, 64}).to(c.dtype);
@@ -51,6 +53,9 @@ TEST(Attention, FusedKernelAndFormulaEqualTheFloat64Reference) {
       EXPECT_LE(max_abs_diff(fused, want), c.tolerance);
       EXPECT_LE(max_abs_diff(formula, want), c.tolerance);
       EXPECT_LE(max_abs_diff(fused, formula), 2 * c.tolerance);
+      std::printf("[ %s, %s ] max |fused - float64| %.3g, |formula - float64| %.3g, |fused - formula| %.3g\n",
+                  c10::toString(c.dtype), masked ? "mask" : "no mask", max_abs_diff(fused, want),
+                  max_abs_diff(formula, want), max_abs_diff(fused, formula));
     }
   }
 }
