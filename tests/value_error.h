@@ -15,7 +15,11 @@ std::string error_of(Fn&& fn) {
   try {
     fn();
   } catch (const c10::ValueError& e) {
-    return e.what();
+    // The message with one line end, whatever the release: LibTorch 1.13's what() appends the (empty)
+    // backtrace after a line end, 2.x's what() is the message alone.
+    std::string message = e.what_without_backtrace();
+    if (message.empty() || message.back() != '\n') message += '\n';
+    return message;
   }
   ADD_FAILURE() << "expected a c10::ValueError";
   return "";

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/models/quantization.h"
 #include "remat/train/config.h"
 #include "remat/train/options.h"
 #include "remat/train/simpletuner.h"
@@ -107,7 +108,13 @@ TEST(SimpleTunerKeys, TheTestConfigsValidateAsWritten) {
     if (line.empty() || line[0] == '#') continue;
     std::istringstream words(line);
     std::string file, outcome, key;
-    words >> file >> outcome;
+    words >> file;
+    // "float8:" / "no-float8:" lines hold for one kind of build only (EXPECTED's header).
+    if (file.back() == ':') {
+      if (file != (models::float8_supported() ? "float8:" : "no-float8:")) continue;
+      words >> file;
+    }
+    words >> outcome;
     std::set<std::string> want;
     while (words >> key) want.insert(key);
     const ValidationReport r = validate_option_values(read_config_file((kConfigs / file).string()), kCpu);

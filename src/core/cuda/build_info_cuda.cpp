@@ -12,7 +12,7 @@
 namespace remat::detail {
 namespace {
 
-// NCCL_VERSION_CODE-style numbers: cuDNN major * 10000 + minor * 100 + patch (cuDNN 9).
+// CUDNN_VERSION: major * 10000 + minor * 100 + patch (cuDNN 9).
 std::string dotted_cudnn(long version) {
   return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
          std::to_string(version % 100);

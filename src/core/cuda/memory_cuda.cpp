@@ -12,6 +12,8 @@ namespace {
 constexpr size_t kAggregate = 0;
 
 c10::DeviceIndex resolve(int device_index) {
+  TORCH_CHECK_VALUE(c10::cuda::device_count() > 0,
+                    "[memory] CUDA statistics need a CUDA device, and this process sees none");
   return device_index < 0 ? c10::cuda::current_device() : static_cast<c10::DeviceIndex>(device_index);
 }
 }  // namespace
