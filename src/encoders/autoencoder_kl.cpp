@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -99,10 +101,14 @@ VaeEncoderImpl::VaeEncoderImpl(const AutoencoderKLConfig& config) {
 
 at::Tensor VaeEncoderImpl::forward(const at::Tensor& x) {
   at::Tensor h = conv_in(x);
-  for (const auto& block : *down_blocks) h = block->as<ResnetStack>()->forward(h);
+  // Each block gets the only reference to its input, so the input is freed once the block's first
+  // resnet is done with it (diffusers' Encoder.forward keeps `sample` alive through the whole block).
+  for (const auto& block : *down_blocks) h = block->as<ResnetStack>()->forward(std::move(h));
   h = mid_block(h);
-  // diffusers' Encoder.conv_act is nn.SiLU() whatever act_fn says.
-  return conv_out(at::silu(conv_norm_out(h)));
+  // diffusers' Encoder.conv_act is nn.SiLU() whatever act_fn says. Rebinding `h` frees each
+  // intermediate once the next exists, as diffusers' Encoder.forward does (vae.py).
+  h = activate(conv_norm_out(h), VaeActivation::kSilu, !at::GradMode::is_enabled());
+  return conv_out(h);
 }
 
 // ---- Decoder ----
@@ -124,8 +130,9 @@ VaeDecoderImpl::VaeDecoderImpl(const AutoencoderKLConfig& config) {
 
 at::Tensor VaeDecoderImpl::forward(const at::Tensor& z) {
   at::Tensor h = mid_block(conv_in(z));
-  for (const auto& block : *up_blocks) h = block->as<ResnetStack>()->forward(h);
-  return conv_out(at::silu(conv_norm_out(h)));
+  for (const auto& block : *up_blocks) h = block->as<ResnetStack>()->forward(std::move(h));
+  h = activate(conv_norm_out(h), VaeActivation::kSilu, !at::GradMode::is_enabled());
+  return conv_out(h);
 }
 
 // ---- AutoencoderKL ----

@@ -17,7 +17,7 @@
 namespace remat::encoders {
 namespace {
 
-constexpr const char* kComponent = "vae";
+constexpr const char* kVaeComponent = "vae";
 constexpr const char* kDownBlock = "DownEncoderBlock2D";
 constexpr const char* kUpBlock = "UpDecoderBlock2D";
 
@@ -64,7 +64,7 @@ void read_bool(const Json& j, const char* key, bool& out, const std::string& ori
 }
 
 // Returns false when the key is absent or null (the caller keeps its default or records null).
-bool read_number(const Json& j, const char* key, double& out, const std::string& origin) {
+bool read_vae_number(const Json& j, const char* key, double& out, const std::string& origin) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return false;
   if (!it->is_number()) {
@@ -206,8 +206,8 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
   read_bool(j, "use_quant_conv", c.use_quant_conv, origin);
   read_bool(j, "use_post_quant_conv", c.use_post_quant_conv, origin);
   read_bool(j, "force_upcast", c.force_upcast, origin);
-  read_number(j, "scaling_factor", c.scaling_factor, origin);
-  c.shift_factor_is_null = !read_number(j, "shift_factor", c.shift_factor, origin);
+  read_vae_number(j, "scaling_factor", c.scaling_factor, origin);
+  c.shift_factor_is_null = !read_vae_number(j, "shift_factor", c.shift_factor, origin);
   if (c.shift_factor_is_null) c.shift_factor = 0.0;
   if (auto it = j.find("sample_size"); it != j.end() && !it->is_null()) {
     if (it->is_array()) {
@@ -236,7 +236,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
 }
 
 AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
-  return from_json_text(io::read_regular_file(path, io::kMaxJsonFileBytes, kComponent, "config file"), path);
+  return from_json_text(io::read_regular_file(path, io::kMaxJsonFileBytes, kVaeComponent, "config file"), path);
 }
 
 std::string AutoencoderKLConfig::to_json() const {

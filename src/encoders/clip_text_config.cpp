@@ -13,7 +13,7 @@
 namespace remat::encoders {
 namespace {
 
-constexpr const char* kComponent = "clip";
+constexpr const char* kClipComponent = "clip";
 
 std::string where(const std::string& origin) { return std::string("[clip] ") + origin + ": "; }
 
@@ -37,7 +37,7 @@ void read_string(const nlohmann::json& j, const char* key, std::string& out,
   out = it->get<std::string>();
 }
 
-void read_number(const nlohmann::json& j, const char* key, double& out, const std::string& origin) {
+void read_clip_number(const nlohmann::json& j, const char* key, double& out, const std::string& origin) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number()) {
@@ -103,14 +103,14 @@ void ClipTextConfig::validate(const std::string& origin) const {
 ClipTextConfig ClipTextConfig::from_json_text(const std::string& text, const std::string& origin) {
   nlohmann::json j;
   try {
-    j = remat::detail::parse_config_json(text, kComponent);
+    j = remat::detail::parse_config_json(text, kClipComponent);
   } catch (const c10::ValueError& e) {
     rethrow_with_origin(e, origin);
   }
   ClipTextConfig config;
   auto read_int = [&](const char* key, int64_t& out) {
     try {
-      remat::detail::read_int(j, key, out, kComponent);
+      remat::detail::read_int(j, key, out, kClipComponent);
     } catch (const c10::ValueError& e) {
       rethrow_with_origin(e, origin);
     }
@@ -126,13 +126,13 @@ ClipTextConfig ClipTextConfig::from_json_text(const std::string& text, const std
   read_int("pad_token_id", config.pad_token_id);
   read_int("projection_dim", config.projection_dim);
   read_string(j, "hidden_act", config.hidden_act, origin);
-  read_number(j, "layer_norm_eps", config.layer_norm_eps, origin);
+  read_clip_number(j, "layer_norm_eps", config.layer_norm_eps, origin);
   config.validate(origin);
   return config;
 }
 
 ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
-  return from_json_text(remat::detail::read_text_file(path, kComponent), "'" + path + "'");
+  return from_json_text(remat::detail::read_text_file(path, kClipComponent), "'" + path + "'");
 }
 
 std::string ClipTextConfig::to_json() const {

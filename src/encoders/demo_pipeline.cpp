@@ -17,7 +17,7 @@ namespace remat::encoders {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using OrderedJson = nlohmann::ordered_json;
 
 // The diffusers version the written files claim to come from: the one whose sources the layout
 // was checked against (ENCODERS.md).
@@ -33,7 +33,7 @@ at::ScalarType dtype_of(const std::string& name) {
 
 std::string flux_transformer_config_json(const models::FluxConfig& config) {
   config.validate();
-  Json j;
+  OrderedJson j;
   j["_class_name"] = "FluxTransformer2DModel";
   j["_diffusers_version"] = kDiffusersVersion;
   j["attention_head_dim"] = config.attention_head_dim;
@@ -44,14 +44,14 @@ std::string flux_transformer_config_json(const models::FluxConfig& config) {
   j["num_attention_heads"] = config.num_attention_heads;
   j["num_layers"] = config.num_layers;
   j["num_single_layers"] = config.num_single_layers;
-  j["out_channels"] = config.out_channels ? Json(*config.out_channels) : Json(nullptr);
+  j["out_channels"] = config.out_channels ? OrderedJson(*config.out_channels) : OrderedJson(nullptr);
   j["patch_size"] = config.patch_size;
   j["pooled_projection_dim"] = config.pooled_projection_dim;
   return j.dump(2) + "\n";
 }
 
 std::string flux_dev_scheduler_config_json() {
-  Json j;
+  OrderedJson j;
   j["_class_name"] = "FlowMatchEulerDiscreteScheduler";
   j["_diffusers_version"] = kDiffusersVersion;
   j["base_image_seq_len"] = 256;
@@ -116,15 +116,15 @@ std::vector<std::string> write_demo_pipeline(const std::string& root, const Demo
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) throw_value_error("[pipeline] cannot create '" + root + "': " + ec.message());
-  Json index;
+  OrderedJson index;
   index["_class_name"] = "FluxPipeline";
   index["_diffusers_version"] = kDiffusersVersion;
-  std::map<std::string, Json> entries;
-  for (const auto& name : flux_pipeline_components()) entries[name] = Json::array({nullptr, nullptr});
+  std::map<std::string, OrderedJson> entries;
+  for (const auto& name : flux_pipeline_components()) entries[name] = OrderedJson::array({nullptr, nullptr});
   std::vector<std::string> written;
   for (const auto& component : demo_pipeline_components()) {
     component.write((fs::path(root) / component.name).string(), options);
-    entries[component.name] = Json::array({component.library, component.class_name});
+    entries[component.name] = OrderedJson::array({component.library, component.class_name});
     written.push_back(component.name);
   }
   // diffusers writes the components in alphabetical order, after the underscore keys.

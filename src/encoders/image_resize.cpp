@@ -125,7 +125,7 @@ at::Tensor resample_rows(const at::Tensor& in, int64_t out_rows, ResampleFilter 
   return out;
 }
 
-void check_picture(const at::Tensor& picture, const char* what) {
+void check_resize_input(const at::Tensor& picture, const char* what) {
   if (picture.dim() != 3 || picture.scalar_type() != at::kByte || picture.size(0) < 1 || picture.size(1) < 1) {
     throw_value_error(std::string("[image] ") + what + " needs a non-empty uint8 [height, width, channels] tensor, got " +
                       std::string(c10::toString(picture.scalar_type())) + " of size " + c10::str(picture.sizes()));
@@ -135,7 +135,7 @@ void check_picture(const at::Tensor& picture, const char* what) {
 }  // namespace
 
 at::Tensor resize_picture(const at::Tensor& picture, int64_t width, int64_t height, ResampleFilter filter) {
-  check_picture(picture, "resize_picture");
+  check_resize_input(picture, "resize_picture");
   if (width < 1 || height < 1 || width > kMaxImagePixels || height > kMaxImagePixels ||
       width * height > kMaxImagePixels) {
     throw_value_error("[image] cannot resize a " + std::to_string(picture.size(1)) + " x " +
@@ -152,7 +152,7 @@ at::Tensor resize_picture(const at::Tensor& picture, int64_t width, int64_t heig
 }
 
 at::Tensor crop_picture(const at::Tensor& picture, int64_t left, int64_t top, int64_t width, int64_t height) {
-  check_picture(picture, "crop_picture");
+  check_resize_input(picture, "crop_picture");
   const int64_t picture_height = picture.size(0), picture_width = picture.size(1);
   const std::string box = "the crop box (left " + std::to_string(left) + ", top " + std::to_string(top) + ", width " +
                           std::to_string(width) + ", height " + std::to_string(height) + ")";

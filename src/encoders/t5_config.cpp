@@ -12,9 +12,9 @@
 namespace remat::encoders {
 namespace {
 
-constexpr const char* kComponent = "t5";
+constexpr const char* kT5ConfigComponent = "t5";
 
-void read_number(const nlohmann::json& j, const char* key, double& out) {
+void read_t5_number(const nlohmann::json& j, const char* key, double& out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number()) {
@@ -92,10 +92,10 @@ void T5Config::validate() const {
 T5Config T5Config::from_json_text(const std::string& json, const std::string& source) {
   // Every message below starts with "[t5] "; the source (the file) goes right after the tag.
   try {
-    const auto j = remat::detail::parse_config_json(json, kComponent);
+    const auto j = remat::detail::parse_config_json(json, kT5ConfigComponent);
     T5Config c;
     auto read_int = [&](const char* key, int64_t& out) {
-      remat::detail::read_int(j, key, out, kComponent);
+      remat::detail::read_int(j, key, out, kT5ConfigComponent);
     };
     read_int("vocab_size", c.vocab_size);
     read_int("d_model", c.d_model);
@@ -109,13 +109,13 @@ T5Config T5Config::from_json_text(const std::string& json, const std::string& so
     read_int("relative_attention_max_distance", c.relative_attention_max_distance);
     read_int("pad_token_id", c.pad_token_id);
     read_int("eos_token_id", c.eos_token_id);
-    read_number(j, "layer_norm_epsilon", c.layer_norm_epsilon);
-    read_number(j, "dropout_rate", c.dropout_rate);
+    read_t5_number(j, "layer_norm_epsilon", c.layer_norm_epsilon);
+    read_t5_number(j, "dropout_rate", c.dropout_rate);
     read_string(j, "feed_forward_proj", c.feed_forward_proj);
     c.derive_activation();
     // Explicit keys override the derived values, as PretrainedConfig's leftover kwargs do.
     read_string(j, "dense_act_fn", c.dense_act_fn);
-    remat::detail::read_bool(j, "is_gated_act", c.is_gated_act, kComponent);
+    remat::detail::read_bool(j, "is_gated_act", c.is_gated_act, kT5ConfigComponent);
     c.validate();
     return c;
   } catch (const c10::ValueError& e) {
@@ -128,7 +128,7 @@ T5Config T5Config::from_json_text(const std::string& json, const std::string& so
 }
 
 T5Config T5Config::from_file(const std::string& path) {
-  return from_json_text(remat::detail::read_text_file(path, kComponent), "'" + path + "'");
+  return from_json_text(remat::detail::read_text_file(path, kT5ConfigComponent), "'" + path + "'");
 }
 
 std::string T5Config::to_json() const {

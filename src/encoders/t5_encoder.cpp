@@ -22,7 +22,7 @@
 namespace remat::encoders {
 namespace {
 
-constexpr const char* kComponent = "[t5]";
+constexpr const char* kT5Tag = "[t5]";
 
 torch::nn::Linear linear_no_bias(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
@@ -300,7 +300,7 @@ T5EncoderModel load_t5_encoder(const std::vector<io::SafetensorsFile>& files, co
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     while (!why.empty() && why.back() == '\n') why.pop_back();
-    throw_value_error(std::string(kComponent) + " cannot load the T5 encoder from " +
+    throw_value_error(std::string(kT5Tag) + " cannot load the T5 encoder from " +
                       file_list(files) + ": " + why);
   }
   model->eval();

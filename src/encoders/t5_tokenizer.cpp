@@ -17,7 +17,7 @@
 namespace remat::encoders {
 namespace {
 
-constexpr const char* kComponent = "t5-tokenizer";
+constexpr const char* kT5TokenizerComponent = "t5-tokenizer";
 // A real spiece.model is ~0.8 MB; anything far larger is not one.
 constexpr uint64_t kMaxModelBytes = 64ull << 20;
 
@@ -106,7 +106,7 @@ T5Tokenizer T5Tokenizer::from_bytes(const std::string& bytes, const std::string&
 }
 
 T5Tokenizer T5Tokenizer::from_file(const std::string& path) {
-  const std::string bytes = io::read_regular_file(path, kMaxModelBytes, kComponent, "spiece.model");
+  const std::string bytes = io::read_regular_file(path, kMaxModelBytes, kT5TokenizerComponent, "spiece.model");
   return from_bytes(bytes, "'" + path + "'");
 }
 

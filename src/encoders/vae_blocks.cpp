@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 #include <c10/util/StringUtil.h>
 
 #include "remat/error.h"
@@ -48,6 +49,17 @@ at::Tensor apply_activation(const at::Tensor& x, VaeActivation act) {
   TORCH_INTERNAL_ASSERT(false, "unknown VaeActivation");
 }
 
+at::Tensor activate(at::Tensor x, VaeActivation act, bool in_place) {
+  if (!in_place) return apply_activation(x, act);
+  switch (act) {
+    case VaeActivation::kSilu: return at::silu_(x);
+    case VaeActivation::kMish: return at::mish_(x);
+    case VaeActivation::kGelu: return at::gelu_(x);
+    case VaeActivation::kRelu: return at::relu_(x);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown VaeActivation");
+}
+
 // ---- ResnetBlock2D ----
 ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, int64_t groups, VaeActivation act_)
     : act(act_) {
@@ -61,12 +73,19 @@ ResnetBlock2DImpl::ResnetBlock2DImpl(int64_t in_channels, int64_t out_channels, 
   }
 }
 
+// Tensor lifetimes follow diffusers' ResnetBlock2D.forward (models/resnet.py), which rebinds
+// `hidden_states` after every op so each intermediate is freed once the next exists. Without
+// autograd the activation and the residual sum run in place (nothing else holds those tensors), so
+// the block never holds more than its input and two full-size activations.
 at::Tensor ResnetBlock2DImpl::forward(const at::Tensor& x) {
-  at::Tensor h = conv1(apply_activation(norm1(x), act));
-  h = conv2(apply_activation(norm2(h), act));
-  const at::Tensor shortcut = conv_shortcut ? conv_shortcut(x) : x;
+  const bool in_place = !at::GradMode::is_enabled();
+  at::Tensor h = activate(norm1(x), act, in_place);
+  h = conv1(h);
+  h = activate(norm2(h), act, in_place);
+  h = conv2(h);
   // diffusers: (input_tensor + hidden_states) / output_scale_factor, with the factor 1.
-  return shortcut + h;
+  if (!in_place) return (conv_shortcut ? conv_shortcut(x) : x) + h;
+  return conv_shortcut ? h.add_(conv_shortcut(x)) : h.add_(x);
 }
 
 // ---- Downsample2D ----
@@ -112,8 +131,9 @@ at::Tensor VaeAttentionImpl::forward(const at::Tensor& x) {
     throw_value_error(c10::str("[vae] attention input must be (B, C, H, W), got ", x.sizes()));
   }
   const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const at::Tensor t = group_norm(x.view({B, C, H * W})).transpose(1, 2);  // (B, HW, C)
+  at::Tensor t = group_norm(x.view({B, C, H * W})).transpose(1, 2);  // (B, HW, C)
   at::Tensor q = to_q(t), k = to_k(t), v = to_v(t);
+  t.reset();  // not needed past the projections
   const auto dtype = x.scalar_type();
   const bool reduced = is_reduced_float(dtype);
   if (reduced) {

@@ -111,21 +111,32 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(
   for (auto& t : m) t = t.unsqueeze(1);
   for (auto& t : mc) t = t.unsqueeze(1);
 
-  const at::Tensor x_mod = modulate(x_in, m[0], m[1]);
-  const at::Tensor c_mod = modulate(c_in, mc[0], mc[1]);
-  const QKV img = attn->project(x_mod);
-  const QKV txt = attn->project_context(c_mod);
-  const int64_t n_txt = c_in.size(1);
-  // Joint sequence [text; image], rotated after the q/k norms.
-  const at::Tensor q = apply_rope(at::cat({txt.q, img.q}, 1), rope);
-  const at::Tensor k = apply_rope(at::cat({txt.k, img.k}, 1), rope);
-  const at::Tensor v = at::cat({txt.v, img.v}, 1);
-  const at::Tensor o = attention(q, k, v);
-  const at::Tensor a_c = attn->to_add_out->forward(o.narrow(1, 0, n_txt));
-  const at::Tensor a = attn->to_out_0->forward(o.narrow(1, n_txt, o.size(1) - n_txt));
-
-  const at::Tensor x_attn = x_in + m[2] * a;
-  const at::Tensor c_attn = c_in + mc[2] * a_c;
+  // The attention half. Its projections, the joint q/k/v and the attention output are local to
+  // this scope, as they are to diffusers' FluxAttnProcessor2_0.__call__ (attention_processor.py),
+  // so without autograd they are freed before the feed-forward runs; with autograd the graph keeps
+  // what backward needs either way.
+  at::Tensor x_attn, c_attn;
+  {
+    const int64_t n_txt = c_in.size(1);
+    at::Tensor q, k, v;
+    {
+      const QKV img = attn->project(modulate(x_in, m[0], m[1]));
+      const QKV txt = attn->project_context(modulate(c_in, mc[0], mc[1]));
+      // Joint sequence [text; image], rotated after the q/k norms.
+      q = apply_rope(at::cat({txt.q, img.q}, 1), rope);
+      k = apply_rope(at::cat({txt.k, img.k}, 1), rope);
+      v = at::cat({txt.v, img.v}, 1);
+    }
+    at::Tensor o = attention(q, k, v);
+    q.reset();
+    k.reset();
+    v.reset();
+    const at::Tensor a_c = attn->to_add_out->forward(o.narrow(1, 0, n_txt));
+    const at::Tensor a = attn->to_out_0->forward(o.narrow(1, n_txt, o.size(1) - n_txt));
+    o.reset();
+    x_attn = x_in + m[2] * a;
+    c_attn = c_in + mc[2] * a_c;
+  }
 
   // Feed-forward part of both streams (SimpleTuner's _ffn_forward of the double block).
   auto ffn = [this, m, mc](const Tensors& in) -> Tensors {
@@ -153,9 +164,11 @@ at::Tensor FluxSingleTransformerBlockImpl::forward(const at::Tensor& s, const at
   Modulation m = norm->forward(temb);  // shift, scale, gate
   const at::Tensor gate = m[2].unsqueeze(1);
   const at::Tensor s_mod = modulate(s, m[0].unsqueeze(1), m[1].unsqueeze(1));
-  const QKV qkv = attn->project(s_mod);
-  const at::Tensor attn_out =
-      attention(apply_rope(qkv.q, rope), apply_rope(qkv.k, rope), qkv.v);
+  at::Tensor attn_out;
+  {  // q, k, v freed once attended (diffusers: locals of FluxAttnProcessor2_0.__call__)
+    const QKV qkv = attn->project(s_mod);
+    attn_out = attention(apply_rope(qkv.q, rope), apply_rope(qkv.k, rope), qkv.v);
+  }
 
   // SimpleTuner's single-block _ffn_forward(residual, norm_hidden_states, attn_output, gate).
   auto ffn = [this, gate](const Tensors& in) -> Tensors {

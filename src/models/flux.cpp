@@ -1,3 +1,4 @@
+#include "transformer_constants.h"
 #include "remat/models/flux.h"
 #include "remat/models/config_limits.h"
 #include "remat/error.h"
@@ -13,10 +14,7 @@ namespace remat::models {
 
 namespace {
 
-constexpr const char* kComponent = "FluxConfig";
-constexpr double kRopeTheta = 10000.0;
-constexpr int64_t kTimeChannels = 256;
-constexpr int64_t kMlpRatio = 4;
+constexpr const char* kFluxComponent = "FluxConfig";
 
 // Parameters of one Linear(in -> out) with bias.
 int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
@@ -104,27 +102,27 @@ FluxConfig FluxConfig::preset(const std::string& name) {
 }
 
 FluxConfig FluxConfig::from_json_string(const std::string& json) {
-  const auto j = remat::detail::parse_config_json(json, kComponent);
+  const auto j = remat::detail::parse_config_json(json, kFluxComponent);
   FluxConfig config;
-  remat::detail::read_int(j, "patch_size", config.patch_size, kComponent);
-  remat::detail::read_int(j, "in_channels", config.in_channels, kComponent);
+  remat::detail::read_int(j, "patch_size", config.patch_size, kFluxComponent);
+  remat::detail::read_int(j, "in_channels", config.in_channels, kFluxComponent);
   int64_t out = -1;
-  remat::detail::read_int(j, "out_channels", out, kComponent);
+  remat::detail::read_int(j, "out_channels", out, kFluxComponent);
   if (out != -1) config.out_channels = out;
-  remat::detail::read_int(j, "num_layers", config.num_layers, kComponent);
-  remat::detail::read_int(j, "num_single_layers", config.num_single_layers, kComponent);
-  remat::detail::read_int(j, "attention_head_dim", config.attention_head_dim, kComponent);
-  remat::detail::read_int(j, "num_attention_heads", config.num_attention_heads, kComponent);
-  remat::detail::read_int(j, "joint_attention_dim", config.joint_attention_dim, kComponent);
-  remat::detail::read_int(j, "pooled_projection_dim", config.pooled_projection_dim, kComponent);
-  remat::detail::read_bool(j, "guidance_embeds", config.guidance_embeds, kComponent);
-  remat::detail::read_int_list(j, "axes_dims_rope", config.axes_dims_rope, kComponent);
+  remat::detail::read_int(j, "num_layers", config.num_layers, kFluxComponent);
+  remat::detail::read_int(j, "num_single_layers", config.num_single_layers, kFluxComponent);
+  remat::detail::read_int(j, "attention_head_dim", config.attention_head_dim, kFluxComponent);
+  remat::detail::read_int(j, "num_attention_heads", config.num_attention_heads, kFluxComponent);
+  remat::detail::read_int(j, "joint_attention_dim", config.joint_attention_dim, kFluxComponent);
+  remat::detail::read_int(j, "pooled_projection_dim", config.pooled_projection_dim, kFluxComponent);
+  remat::detail::read_bool(j, "guidance_embeds", config.guidance_embeds, kFluxComponent);
+  remat::detail::read_int_list(j, "axes_dims_rope", config.axes_dims_rope, kFluxComponent);
   config.validate();
   return config;
 }
 
 FluxConfig FluxConfig::from_json_file(const std::string& path) {
-  return from_json_string(remat::detail::read_text_file(path, kComponent));
+  return from_json_string(remat::detail::read_text_file(path, kFluxComponent));
 }
 
 FluxConfig FluxConfig::from_json(const std::string& path_or_json) {

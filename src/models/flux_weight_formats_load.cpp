@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/layers.h"
@@ -14,7 +15,9 @@
 namespace remat::models {
 namespace {
 
-const char* const kTag = "[flux weights] ";
+using remat::detail::shape_text;
+
+const char* const kWeightsTag = "[flux weights] ";
 const std::string kBflFilePrefix = "model.diffusion_model.";
 
 bool is_lora_factor(const std::string& name) {
@@ -46,11 +49,6 @@ std::map<std::string, at::Tensor> model_tensors(const torch::nn::Module& model) 
   return out;
 }
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 // The shape a BFL tensor must have for `t`: the targets' shapes stacked along dim 0.
 std::vector<int64_t> expected_bfl_shape(const BflTensor& t, const std::map<std::string, at::Tensor>& params) {
@@ -133,7 +131,7 @@ bool is_bfl_flux_file(const std::string& safetensors_file) {
 FluxConfig flux_config_from_bfl(const io::SafetensorsFile& file) {
   const auto layout = detect_flux_weight_layout(file.names());
   if (layout.layout != FluxWeightLayout::bfl) {
-    throw_value_error(std::string(kTag) + file.path() + " is not in Black Forest Labs' layout (no img_in.weight)");
+    throw_value_error(std::string(kWeightsTag) + file.path() + " is not in Black Forest Labs' layout (no img_in.weight)");
   }
   std::vector<std::string> keys;
   for (const auto& k : file.names()) {
@@ -142,12 +140,12 @@ FluxConfig flux_config_from_bfl(const io::SafetensorsFile& file) {
   const auto shape_of = [&](const std::string& key, size_t dims) {
     const std::string full = layout.prefix + key;
     if (!file.contains(full)) {
-      throw_value_error(std::string(kTag) + file.path() + ": cannot infer the Flux config without " + full +
+      throw_value_error(std::string(kWeightsTag) + file.path() + ": cannot infer the Flux config without " + full +
                         " (give a config.json)");
     }
     const auto& shape = file.info(full).shape;
     if (shape.size() != dims) {
-      throw_value_error(std::string(kTag) + file.path() + ": " + full + " must have " + std::to_string(dims) +
+      throw_value_error(std::string(kWeightsTag) + file.path() + ": " + full + " must have " + std::to_string(dims) +
                         " dimensions, has shape " + shape_text(shape));
     }
     return shape;
@@ -167,7 +165,7 @@ FluxConfig flux_config_from_bfl(const io::SafetensorsFile& file) {
                                                      : "single_blocks.0.norm.query_norm.scale";
   config.attention_head_dim = shape_of(norm_key, 1)[0];
   if (config.attention_head_dim < 1 || hidden % config.attention_head_dim != 0) {
-    throw_value_error(std::string(kTag) + file.path() + ": hidden size " + std::to_string(hidden) +
+    throw_value_error(std::string(kWeightsTag) + file.path() + ": hidden size " + std::to_string(hidden) +
                       " (img_in rows) is not a multiple of the head size " +
                       std::to_string(config.attention_head_dim) + " (query norm)");
   }
@@ -182,7 +180,7 @@ FluxConfig flux_config_from_bfl(const io::SafetensorsFile& file) {
     }
   }
   if (!rope_found) {
-    throw_value_error(std::string(kTag) + file.path() + ": head size " + std::to_string(config.attention_head_dim) +
+    throw_value_error(std::string(kWeightsTag) + file.path() + ": head size " + std::to_string(config.attention_head_dim) +
                       " matches no preset (128, 64, 32), so axes_dims_rope is unknown; give a config.json");
   }
   config.validate();
@@ -195,7 +193,7 @@ void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& 
   for (const auto& f : files) {
     for (const auto& k : f.names()) {
       if (!owner.emplace(k, &f).second) {
-        throw_value_error(std::string(kTag) + "key " + k + " is in both " + owner[k]->path() + " and " + f.path());
+        throw_value_error(std::string(kWeightsTag) + "key " + k + " is in both " + owner[k]->path() + " and " + f.path());
       }
       all_keys.push_back(k);
     }
@@ -216,14 +214,14 @@ void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& 
   for (const auto& t : table) {
     for (const auto& d : t.diffusers_keys) {
       if (!params.count(d)) {
-        throw_value_error(std::string(kTag) + "the model has no parameter " + d + " (table row " + t.bfl_key + ")");
+        throw_value_error(std::string(kWeightsTag) + "the model has no parameter " + d + " (table row " + t.bfl_key + ")");
       }
       covered.insert(d);
     }
   }
   for (const auto& [name, tensor] : params) {
     if (!covered.count(name)) {
-      throw_value_error(std::string(kTag) + "model parameter " + name + " has no row in the BFL table");
+      throw_value_error(std::string(kWeightsTag) + "model parameter " + name + " has no row in the BFL table");
     }
   }
   std::set<std::string> consumed;
@@ -231,25 +229,25 @@ void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& 
     const std::string key = layout.prefix + t.bfl_key;
     const auto found = owner.find(key);
     if (found == owner.end()) {
-      throw_value_error(std::string(kTag) + where + " (Black Forest Labs layout) has no " + key +
+      throw_value_error(std::string(kWeightsTag) + where + " (Black Forest Labs layout) has no " + key +
                         ", which a Flux model with " + std::to_string(model.config().num_layers) + " double and " +
                         std::to_string(model.config().num_single_layers) + " single blocks needs");
     }
     const auto& info = found->second->info(key);
     const auto expected = expected_bfl_shape(t, params);
     if (info.shape != expected) {
-      throw_value_error(std::string(kTag) + where + ": " + key + " has shape " + shape_text(info.shape) +
+      throw_value_error(std::string(kWeightsTag) + where + ": " + key + " has shape " + shape_text(info.shape) +
                         ", the model needs " + shape_text(expected) + " (a checkpoint for another model shape?)");
     }
     if (!at::isFloatingType(info.dtype)) {
-      throw_value_error(std::string(kTag) + where + ": " + key + " must be a floating tensor, is " +
+      throw_value_error(std::string(kWeightsTag) + where + ": " + key + " must be a floating tensor, is " +
                         std::string(c10::toString(info.dtype)));
     }
     consumed.insert(key);
   }
   for (const auto& k : all_keys) {
     if (!consumed.count(k)) {
-      throw_value_error(std::string(kTag) + where + ": key " + k +
+      throw_value_error(std::string(kWeightsTag) + where + ": key " + k +
                         " is not part of a Flux transformer with this config (BFL layout; every key must be used)");
     }
   }
@@ -270,7 +268,7 @@ void save_flux_bfl(const std::string& path, const FluxImpl& model, const std::ma
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     const auto* linear = dynamic_cast<const LinearImpl*>(item.value().get());
     if (linear != nullptr && (linear->is_quantized() || linear->is_deferred())) {
-      throw_value_error(std::string(kTag) + "cannot save " + path + ": " + item.key() +
+      throw_value_error(std::string(kWeightsTag) + "cannot save " + path + ": " + item.key() +
                         " holds a quantised (or not yet loaded) weight; save the full-precision model");
     }
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "transformer_constants.h"
 #include "remat/error.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
@@ -12,8 +13,6 @@
 namespace remat::models {
 namespace {
 
-constexpr int64_t kTimeChannels = 256;  // flux.cpp, mageflow.cpp
-constexpr int64_t kMlpRatio = 4;
 
 class Layers {
  public:

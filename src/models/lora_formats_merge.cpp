@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux_weight_formats.h"
@@ -12,13 +13,11 @@
 namespace remat::models {
 namespace {
 
-const char* const kTag = "[lora] ";
+using remat::detail::ends_with;
+using remat::detail::shape_text;
 
-std::string shape_text(at::IntArrayRef shape) { return c10::str(shape); }
+const char* const kLoraMergeTag = "[lora] ";
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 }  // namespace
 
@@ -34,7 +33,7 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
   for (const auto& [name, w] : lora.modules) {
     const auto it = linears.find(name);
     if (it == linears.end()) {
-      throw_value_error(kTag + lora.path + ": module " + name + " (" + lora_format_name(lora.format) +
+      throw_value_error(kLoraMergeTag + lora.path + ": module " + name + " (" + lora_format_name(lora.format) +
                         " LoRA) is not a Linear layer of this model (a LoRA for another model?)");
     }
     // A quantised base has no `weight` parameter; its shape is the layer's.
@@ -44,7 +43,7 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
     const bool fits = w.down.dim() == 2 && w.up.dim() == 2 && w.up.size(1) == w.down.size(0) &&
                       w.down.size(1) == weight.size(1) && w.up.size(0) == weight.size(0);
     if (!fits) {
-      throw_value_error(kTag + lora.path + ": module " + name + " has weight " + shape_text(weight.sizes()) +
+      throw_value_error(kLoraMergeTag + lora.path + ": module " + name + " has weight " + shape_text(weight.sizes()) +
                         " but the LoRA factors are down " + shape_text(w.down.sizes()) + " and up " +
                         shape_text(w.up.sizes()) + " (a LoRA for another model shape)");
     }
@@ -52,7 +51,7 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
   for (const auto& [name, tensor] : lora.replaced_weights) {
     const auto it = params.find(name);
     if (it == params.end() || it->second.sizes() != tensor.sizes()) {
-      throw_value_error(kTag + lora.path + ": replaced weight " + name + " " + shape_text(tensor.sizes()) +
+      throw_value_error(kLoraMergeTag + lora.path + ": replaced weight " + name + " " + shape_text(tensor.sizes()) +
                         (it == params.end() ? " is not a parameter of this model"
                                             : " does not fit the model's " + shape_text(it->second.sizes())));
     }
@@ -82,7 +81,7 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
 
 void save_lora_kohya(const std::string& path, const std::map<std::string, at::Tensor>& peft_state_dict, double alpha,
                      const std::map<std::string, std::string>& metadata) {
-  if (!(alpha > 0)) throw_value_error(std::string(kTag) + "kohya export of " + path + ": alpha must be > 0");
+  if (!(alpha > 0)) throw_value_error(std::string(kLoraMergeTag) + "kohya export of " + path + ": alpha must be > 0");
   // Collect the adapters by diffusers module name.
   struct Factors {
     at::Tensor down, up;
@@ -95,7 +94,7 @@ void save_lora_kohya(const std::string& path, const std::map<std::string, at::Te
     } else if (ends_with(k, ".lora_B.weight")) {
       modules[k.substr(0, k.size() - 14)].up = tensor.detach().to(at::kCPU, at::kFloat);
     } else {
-      throw_value_error(std::string(kTag) + "kohya export of " + path + ": key " + key +
+      throw_value_error(std::string(kLoraMergeTag) + "kohya export of " + path + ": key " + key +
                         " is not a PEFT LoRA factor (transformer.<module>.lora_A.weight / .lora_B.weight)");
     }
   }
@@ -103,12 +102,12 @@ void save_lora_kohya(const std::string& path, const std::map<std::string, at::Te
   std::map<std::string, std::pair<BflModule, std::map<size_t, Factors>>> groups;
   for (const auto& [module, f] : modules) {
     if (!f.down.defined() || !f.up.defined() || f.down.dim() != 2 || f.up.dim() != 2 || f.up.size(1) != f.down.size(0)) {
-      throw_value_error(std::string(kTag) + "kohya export of " + path + ": module " + module +
+      throw_value_error(std::string(kLoraMergeTag) + "kohya export of " + path + ": module " + module +
                         " needs lora_A (r, in) and lora_B (out, r)");
     }
     const auto slot = find_bfl_module_of(module);
     if (!slot) {
-      throw_value_error(std::string(kTag) + "kohya export of " + path + ": module " + module +
+      throw_value_error(std::string(kLoraMergeTag) + "kohya export of " + path + ": module " + module +
                         " has no Black Forest Labs name (not a Flux Linear layer)");
     }
     auto& group = groups[slot->module.bfl];
@@ -152,7 +151,7 @@ void save_lora_kohya(const std::string& path, const std::map<std::string, at::Te
       const auto it = parts.find(j);
       if (it != parts.end() && (it->second.down.size(0) != rank || it->second.down.size(1) != in_features ||
                                 it->second.up.size(0) != rows)) {
-        throw_value_error(std::string(kTag) + "kohya export of " + path + ": the parts of " + bfl +
+        throw_value_error(std::string(kLoraMergeTag) + "kohya export of " + path + ": the parts of " + bfl +
                           " must share rank and input size to form one block-diagonal adapter (" +
                           module.diffusers[j] + " has down " + shape_text(it->second.down.sizes()) + ")");
       }

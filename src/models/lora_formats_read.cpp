@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/safetensors.h"
@@ -19,13 +20,12 @@
 namespace remat::models {
 namespace {
 
-const char* const kTag = "[lora] ";
+using remat::detail::contains;
+using remat::detail::ends_with;
+using remat::detail::starts_with;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
+const char* const kLoraReadTag = "[lora] ";
+
 
 // (shift, scale) <-> (scale, shift): the two halves of dim 0 trade places.
 at::Tensor swap_halves(const at::Tensor& t) {
@@ -72,7 +72,7 @@ class Reader {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& what) const { throw_value_error(kTag + file_.path() + " " + what); }
+  [[noreturn]] void fail(const std::string& what) const { throw_value_error(kLoraReadTag + file_.path() + " " + what); }
   [[noreturn]] void unrecognised(const std::string& key, const std::string& format) const {
     fail("(" + format + " format): key '" + key + "' is not recognised (expected " + expected_of(format) + ")");
   }

@@ -1,3 +1,4 @@
+#include "transformer_constants.h"
 #include "remat/models/mageflow.h"
 #include "remat/models/config_limits.h"
 #include "remat/error.h"
@@ -14,10 +15,7 @@ namespace remat::models {
 
 namespace {
 
-constexpr const char* kComponent = "MageFlowConfig";
-constexpr double kRopeTheta = 10000.0;
-constexpr int64_t kTimeChannels = 256;
-constexpr int64_t kMlpRatio = 4;
+constexpr const char* kMageFlowComponent = "MageFlowConfig";
 
 int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
 
@@ -123,24 +121,24 @@ MageFlowConfig MageFlowConfig::preset(const std::string& name) {
 }
 
 MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
-  const auto j = remat::detail::parse_config_json(json, kComponent);
+  const auto j = remat::detail::parse_config_json(json, kMageFlowComponent);
   MageFlowConfig config;
-  remat::detail::read_int(j, "hidden_size", config.hidden_size, kComponent);
-  remat::detail::read_int(j, "num_heads", config.num_heads, kComponent);
-  remat::detail::read_int(j, "depth", config.depth, kComponent);
-  remat::detail::read_int_list(j, "axes_dim", config.axes_dim, kComponent);
-  remat::detail::read_int(j, "in_channels", config.in_channels, kComponent);
+  remat::detail::read_int(j, "hidden_size", config.hidden_size, kMageFlowComponent);
+  remat::detail::read_int(j, "num_heads", config.num_heads, kMageFlowComponent);
+  remat::detail::read_int(j, "depth", config.depth, kMageFlowComponent);
+  remat::detail::read_int_list(j, "axes_dim", config.axes_dim, kMageFlowComponent);
+  remat::detail::read_int(j, "in_channels", config.in_channels, kMageFlowComponent);
   int64_t out = -1;
-  remat::detail::read_int(j, "out_channels", out, kComponent);
+  remat::detail::read_int(j, "out_channels", out, kMageFlowComponent);
   if (out != -1) config.out_channels = out;
-  remat::detail::read_int(j, "context_in_dim", config.context_in_dim, kComponent);
-  remat::detail::read_int(j, "patch_size", config.patch_size, kComponent);
+  remat::detail::read_int(j, "context_in_dim", config.context_in_dim, kMageFlowComponent);
+  remat::detail::read_int(j, "patch_size", config.patch_size, kMageFlowComponent);
   config.validate();
   return config;
 }
 
 MageFlowConfig MageFlowConfig::from_json_file(const std::string& path) {
-  return from_json_string(remat::detail::read_text_file(path, kComponent));
+  return from_json_string(remat::detail::read_text_file(path, kMageFlowComponent));
 }
 
 MageFlowConfig MageFlowConfig::from_json(const std::string& path_or_json) {

@@ -17,7 +17,7 @@
 namespace remat::models {
 namespace {
 
-constexpr const char* kTag = "[quant] ";
+constexpr const char* kQuantTag = "[quant] ";
 
 // Largest finite float8 e4m3fn value: the per-channel scale maps each row's absmax onto it.
 [[maybe_unused]] constexpr double kFp8E4m3Max = 448.0;
@@ -66,7 +66,7 @@ std::string supported_list() {
 
 void require_float8(const char* what) {
   if (!float8_supported()) {
-    throw_value_error(std::string(kTag) + what + " needs float8 dtypes (LibTorch / PyTorch 2.1 or newer); this build has " +
+    throw_value_error(std::string(kQuantTag) + what + " needs float8 dtypes (LibTorch / PyTorch 2.1 or newer); this build has " +
                       TORCH_VERSION + " (use int8-quanto or nf4-bnb)");
   }
 }
@@ -196,11 +196,11 @@ BasePrecision parse_base_model_precision(const std::string& name) {
   }
   for (const auto& r : kRefused) {
     if (name == r.name) {
-      throw_value_error(std::string(kTag) + "base_model_precision " + name + " is not supported: " + r.why +
+      throw_value_error(std::string(kQuantTag) + "base_model_precision " + name + " is not supported: " + r.why +
                         "; remat supports " + supported_list());
     }
   }
-  throw_value_error(std::string(kTag) + "base_model_precision '" + name + "' is not a known precision; remat supports " +
+  throw_value_error(std::string(kQuantTag) + "base_model_precision '" + name + "' is not a known precision; remat supports " +
                     supported_list());
 }
 
@@ -278,19 +278,19 @@ QuantizedWeight QuantizedWeight::to(const at::Device& device) const {
 
 QuantizedWeight quantize_weight(const at::Tensor& weight, WeightQuantization mode, bool double_quantization) {
   if (!weight.defined() || weight.dim() != 2 || !at::isFloatingType(weight.scalar_type())) {
-    throw_value_error(std::string(kTag) + "quantize_weight needs a 2-D floating (out, in) weight, got " +
+    throw_value_error(std::string(kQuantTag) + "quantize_weight needs a 2-D floating (out, in) weight, got " +
                       (weight.defined() ? std::to_string(weight.dim()) + "-D " + c10::toString(weight.scalar_type())
                                         : std::string("an undefined tensor")));
   }
-  if (weight.numel() == 0) throw_value_error(std::string(kTag) + "quantize_weight: the weight is empty");
+  if (weight.numel() == 0) throw_value_error(std::string(kQuantTag) + "quantize_weight: the weight is empty");
   if (double_quantization && mode != WeightQuantization::nf4) {
-    throw_value_error(std::string(kTag) + "double quantisation applies to nf4 only, not " + to_string(mode));
+    throw_value_error(std::string(kQuantTag) + "double quantisation applies to nf4 only, not " + to_string(mode));
   }
   at::NoGradGuard no_grad;
   QuantizedWeight q;
   switch (mode) {
     case WeightQuantization::none:
-      throw_value_error(std::string(kTag) + "quantize_weight: mode none keeps the weight as it is; nothing to quantise");
+      throw_value_error(std::string(kQuantTag) + "quantize_weight: mode none keeps the weight as it is; nothing to quantise");
     case WeightQuantization::int8:
       q = quantize_per_channel(weight, 127.0, at::kChar);
       break;
@@ -322,17 +322,17 @@ at::Tensor dequantize_weight(const QuantizedWeight& weight, at::ScalarType dtype
     case WeightQuantization::none:
       break;
   }
-  throw_value_error(std::string(kTag) + "dequantize_weight: the weight is not quantised (mode none)");
+  throw_value_error(std::string(kQuantTag) + "dequantize_weight: the weight is not quantised (mode none)");
 }
 
 int64_t quantized_weight_bytes(int64_t out_features, int64_t in_features, const BasePrecision& precision) {
   if (out_features < 1 || in_features < 1) {
-    throw_value_error(std::string(kTag) + "quantized_weight_bytes: shape (" + std::to_string(out_features) + ", " +
+    throw_value_error(std::string(kQuantTag) + "quantized_weight_bytes: shape (" + std::to_string(out_features) + ", " +
                       std::to_string(in_features) + ") must have both sizes >= 1");
   }
   int64_t n = 0;
   if (__builtin_mul_overflow(out_features, in_features, &n)) {
-    throw_value_error(std::string(kTag) + "quantized_weight_bytes: out * in overflows int64");
+    throw_value_error(std::string(kQuantTag) + "quantized_weight_bytes: out * in overflows int64");
   }
   switch (precision.mode) {
     case WeightQuantization::int8:
@@ -348,7 +348,7 @@ int64_t quantized_weight_bytes(int64_t out_features, int64_t in_features, const 
     case WeightQuantization::none:
       break;
   }
-  throw_value_error(std::string(kTag) + "quantized_weight_bytes: precision " + precision.name +
+  throw_value_error(std::string(kQuantTag) + "quantized_weight_bytes: precision " + precision.name +
                     " keeps weights unquantised (their bytes are the training dtype's)");
 }
 

@@ -1,5 +1,6 @@
 // Building and loading models with quantised base weights, streaming (remat/models/quantized_loading.h).
 
+#include "string_helpers.h"
 #include "remat/models/quantized_loading.h"
 
 #include <map>
@@ -13,6 +14,8 @@
 namespace remat::models {
 namespace {
 
+using remat::detail::shape_text;
+
 std::map<std::string, LinearImpl*> awaiting_by_key(torch::nn::Module& module) {
   std::map<std::string, LinearImpl*> out;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
@@ -22,11 +25,6 @@ std::map<std::string, LinearImpl*> awaiting_by_key(torch::nn::Module& module) {
   return out;
 }
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 // `remat bench`: layouts run round-robin on one model, with the step model's predictions.
+#include "remat/threads.h"
 #include "remat/train/benchmark.h"
 #include "remat/error.h"
 
@@ -162,7 +163,7 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
   const at::Device device(o.device == "cuda" ? at::kCUDA : at::kCPU);
   TORCH_CHECK_VALUE(!device.is_cuda() || torch::cuda::is_available(),
                     "[bench] device must be cpu on this machine (no CUDA device available), got 'cuda'");
-  if (o.threads > 0) torch::set_num_threads(static_cast<int>(o.threads));
+  log("[bench] threads: " + describe(set_cpu_threads(o.threads)));
   torch::manual_seed(o.seed);
   // The precision: SimpleTuner's names, the ones remat lacks refused by name, LoRA only.
   const auto& names_known = simpletuner_base_model_precisions();

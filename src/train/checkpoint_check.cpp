@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "string_helpers.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
 #include "remat/train/config.h"
@@ -17,11 +18,8 @@
 namespace remat::train {
 namespace {
 
-std::string shape_text(at::IntArrayRef shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+using remat::detail::shape_text;
+
 
 // An integer field of state.json in [0, high]: not a float (1.5, 1e30), not a boolean, and not
 // past int64 (nlohmann keeps such integers unsigned).

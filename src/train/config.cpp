@@ -90,7 +90,7 @@ bool is_bool_word(const std::string& s) {
          l == "on" || l == "off";
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
+bool ends_with_ignoring_case(const std::string& s, const std::string& suffix) {
   if (s.size() < suffix.size()) return false;
   for (size_t i = 0; i < suffix.size(); ++i) {
     if (std::tolower(static_cast<unsigned char>(s[s.size() - suffix.size() + i])) != suffix[i]) return false;
@@ -240,9 +240,9 @@ OptionValues read_env(const std::string& path, std::vector<Diagnostic>* notes) {
 }  // namespace
 
 OptionValues read_config_file(const std::string& path, std::vector<Diagnostic>* notes) {
-  if (ends_with(path, ".json")) return read_json(path);
-  if (ends_with(path, ".env")) return read_env(path, notes);
-  if (ends_with(path, ".toml")) {
+  if (ends_with_ignoring_case(path, ".json")) return read_json(path);
+  if (ends_with_ignoring_case(path, ".env")) return read_env(path, notes);
+  if (ends_with_ignoring_case(path, ".toml")) {
     return read_toml_config(path, [&path](OptionValues& values, const std::string& key,
                                           std::optional<std::string> value, bool nested) {
       add_value(values, path, key, std::move(value), nested);

@@ -1,5 +1,6 @@
 // The demo quality check (remat/train/demo_quality.h): latent features, the nearest-centroid
 // classifier, and the comparison of the base model's samples with the trained LoRA's.
+#include "remat/threads.h"
 #include "remat/train/demo_quality.h"
 
 #include <chrono>
@@ -266,7 +267,7 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
   if (!fs::is_regular_file(report.lora_path)) {
     throw_value_error("[demo-quality] no trained LoRA at " + report.lora_path + " (run `make demo` first)");
   }
-  if (config.torch_num_threads > 0) torch::set_num_threads(static_cast<int>(config.torch_num_threads));
+  set_cpu_threads(config.torch_num_threads);
 
   const DemoTrainingData data = read_demo_training_data(config, log);
   report.training_latents = static_cast<int64_t>(data.latents.size());

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <optional>
 
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/train/data.h"
@@ -14,11 +15,8 @@
 namespace remat::train {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
-  return out + "]";
-}
+using remat::detail::shape_text;
+
 
 // splitmix64 over (seed, epoch) with a tag of its own, so these epochs never share a stream with
 // LatentDataset's.

@@ -18,6 +18,7 @@
 // gradient is rounded to bf16 first (SimpleTuner's would be bf16), and every operation above runs
 // with the same ATen kernels and dtypes as SimpleTuner's. The random bits come from the default
 // generator of the weights' device, which checkpoints save, so a resumed run is still exact.
+#include "string_helpers.h"
 #include "remat/train/optimizer.h"
 
 #include <cmath>
@@ -35,13 +36,10 @@
 namespace remat::train {
 namespace {
 
+using remat::detail::join;
+
 using State = std::map<std::string, at::Tensor>;
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
 
 // The learning rate of a parameter group (what set_learning_rate changes).
 struct LrOptions : public torch::optim::OptimizerCloneableOptions<LrOptions> {

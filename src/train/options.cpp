@@ -5,6 +5,7 @@
 // from a default-constructed TrainConfig, so the struct's initialisers are the only source.
 // Names, defaults, help lines and tooltips follow SimpleTuner's field registry
 // (simpletuner_sdk/server/services/field_registry/sections/*.py) unless a comment says otherwise.
+#include "string_helpers.h"
 #include "remat/train/options.h"
 
 #include "option_builder.h"
@@ -30,6 +31,9 @@
 namespace remat::train {
 namespace {
 
+using remat::detail::join;
+using remat::detail::lower;
+
 // Upper bounds of the integer options (every one has one: values come from files and flags, and
 // an unbounded count overflowed or hung; Note [Option bounds]). kMaxTrainSteps and
 // kMaxNumThreads are in remat/train/config.h, where the trainer and the benchmark use them too.
@@ -43,10 +47,6 @@ constexpr double kMaxSeed = 4294967295.0;      // 2^32 - 1
 constexpr double kMaxBlocks = models::kMaxConfigBlocks;  // blocks per stack
 constexpr double kMaxCheckpointsKept = 1'000'000;
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
 
 using T = OptionType;
 using C = TrainConfig;
@@ -61,11 +61,6 @@ const char* const kData = "Data and output";
 const char* const kValidation = "Validation images";
 const char* const kRuntime = "Runtime";
 
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-  return out;
-}
 
 std::vector<OptionSpec> build_registry() {
   std::vector<OptionSpec> r;
@@ -553,9 +548,10 @@ std::vector<OptionSpec> build_registry() {
                "Stages 2 and 3 are refused (remat implements stage 1). Needs optimizer torch-adamw or "
                "optimi-lion."));
   add(Opt(kRuntime, "torch_num_threads", T::Int, bind_field(&C::torch_num_threads),
-          "CPU threads for LibTorch (0 keeps LibTorch's default)").min(0).max(kMaxNumThreads)
+          "CPU threads for LibTorch and the BLAS it calls (0: one per physical core)").min(0).max(kMaxNumThreads)
       .alias("num_threads")
-      .tooltip("SimpleTuner's default is 8; remat leaves LibTorch's own choice unless this is set."));
+      .tooltip("SimpleTuner's default is 8; remat uses one thread per physical core unless this is set. The "
+               "BLAS's own pool (OpenBLAS on Debian) is set to the same count, and the run prints both."));
   add(Opt(kRuntime, "report_every", T::Int, bind_field(&C::report_every),
           "Log loss, learning rate, step time and peak memory every N steps").min(1).max(kMaxTrainSteps));
   // remat's own: SimpleTuner has no memory admission to override.

@@ -1,4 +1,5 @@
 // SimpleTuner's option names: the data of simpletuner_options.inc as tables.
+#include "string_helpers.h"
 #include "remat/train/simpletuner.h"
 
 #include <algorithm>
@@ -8,10 +9,8 @@
 namespace remat::train {
 namespace {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
+using remat::detail::lower;
+
 
 std::vector<SimpleTunerOption> build_options() {
   std::vector<SimpleTunerOption> rows;

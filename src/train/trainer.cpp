@@ -1,5 +1,6 @@
 // The training loop of `remat train`. See Note [Exact resume] for what makes 5 steps + resume +
 // 5 steps equal 10 steps bit for bit.
+#include "remat/threads.h"
 #include "remat/train/trainer.h"
 
 #include <chrono>
@@ -231,7 +232,7 @@ bool Trainer::any_rank_stopping() {
 }
 
 void Trainer::setup() {
-  if (config_.torch_num_threads > 0) torch::set_num_threads(static_cast<int>(config_.torch_num_threads));
+  hooks_.log("[train] threads: " + describe(set_cpu_threads(config_.torch_num_threads)));
   env_ = distributed::read_launch_environment();
   seed_ = config_.seed.value_or(static_cast<int64_t>(std::random_device{}() & 0x7fffffff));
   TORCH_CHECK_VALUE(config_.seed || !env_.distributed(), "[train] ", env_.world_size,

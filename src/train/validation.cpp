@@ -8,6 +8,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "string_helpers.h"
 #include "remat/io/bounded_json.h"
 #include "remat/train/base_precision.h"
 #include "remat/train/config.h"
@@ -21,13 +22,10 @@
 namespace remat::train {
 namespace {
 
+using remat::detail::join;
+
 using Severity = Diagnostic::Severity;
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
 
 // The dependency `dep` of an option holds for `config`.
 bool holds(const TrainConfig& config, const OptionDependency& dep) {

@@ -2,6 +2,7 @@
 // resolutions (SimpleTuner's parsing and rounding), the trigger, the file names, and the check
 // that a run can render at all. The rendering itself is validation_renderer.cpp, the gallery
 // validation_gallery.cpp.
+#include "string_helpers.h"
 #include "remat/train/validation_images.h"
 
 #include <cctype>
@@ -20,12 +21,8 @@
 namespace remat::train {
 namespace {
 
-std::string trim(const std::string& s) {
-  size_t a = 0, b = s.size();
-  while (a < b && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
-  while (b > a && std::isspace(static_cast<unsigned char>(s[b - 1]))) --b;
-  return s.substr(a, b - a);
-}
+using remat::detail::trim;
+
 
 [[noreturn]] void bad_resolution(const std::string& text, const std::string& why) {
   throw ValidationError("validation_resolution", text,

@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "parse_args.h"
+#include "remat/threads.h"
 #include "remat/checkpoint.h"
 #include "remat/memory.h"
 
@@ -41,7 +42,7 @@ int run_demo(const std::vector<std::string>& args) {
   app.add_option("--steps", steps, "Timed steps per layout (median reported)")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--threads", threads, "CPU threads")->check(CLI::Range(1, 256))->capture_default_str();
   if (auto code = parse_or_exit(app, args)) return *code;
-  torch::set_num_threads(threads);
+  set_cpu_threads(threads);
   torch::manual_seed(0);
   DemoChain chain(blocks, width);
   const auto x = torch::randn({tokens, width});

@@ -9,6 +9,7 @@
 
 #include "command.h"
 #include "parse_args.h"
+#include "remat/threads.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/image_file.h"
 #include "remat/error.h"
@@ -62,7 +63,7 @@ int run_encode(const std::vector<std::string>& args) {
   if (image_path.empty() && !caption) {
     throw_value_error("[encode] nothing to encode: give --image, --caption or both");
   }
-  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+  std::cout << "threads: " << describe(set_cpu_threads(threads)) << "\n";
 
   // Every path is checked before anything loads.
   if (!image_path.empty()) io::require_regular_file(image_path, "encode", "--image");

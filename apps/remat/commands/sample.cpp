@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "parse_args.h"
+#include "remat/threads.h"
 #include "remat/error.h"
 #include "remat/io/files.h"
 #include "remat/memory.h"
@@ -135,7 +136,7 @@ int run_sample(const std::vector<std::string>& args) {
       ->capture_default_str();
   add_registry_option(app, "torch_num_threads", threads);
   if (auto code = parse_or_exit(app, args)) return *code;
-  if (threads > 0) torch::set_num_threads(static_cast<int>(threads));
+  std::cout << "threads: " << describe(set_cpu_threads(threads)) << "\n";
 
   // Everything is checked before any model loads (remat/sample/pipeline.h checks the rest).
   if (!prompt_file.empty()) {

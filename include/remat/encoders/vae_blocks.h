@@ -32,6 +32,8 @@ enum class VaeActivation { kSilu, kMish, kGelu, kRelu };
 REMAT_API VaeActivation parse_vae_activation(const std::string& act_fn);
 /// Applies `act` (torch's fused kernels: silu, mish, exact-erf gelu, relu).
 REMAT_API at::Tensor apply_activation(const at::Tensor& x, VaeActivation act);
+/// apply_activation, or the same activation written over `x` when `in_place` (no autograd).
+REMAT_API at::Tensor activate(at::Tensor x, VaeActivation act, bool in_place);
 
 /// ResnetBlock2D in the VAE form (no time embedding, output scale 1, dropout 0):
 /// h = conv1(act(norm1(x))); h = conv2(act(norm2(h))); y = shortcut(x) + h, where shortcut is a

@@ -22,7 +22,7 @@ namespace {
 
 using namespace support;
 
-const char* const kName = "flux";
+const char* const kFluxName = "flux";
 
 // model_flavour values: SimpleTuner's names (its flux/model.py HUGGINGFACE_PATHS, default krea)
 // on remat's presets, then remat's small test configurations.
@@ -47,13 +47,13 @@ std::vector<FlavourSpec> flux_flavours() {
   };
 }
 
-models::FluxConfig config_of(const TransformerSpec& spec) {
+models::FluxConfig flux_config_of(const TransformerSpec& spec) {
   if (spec.config_json) return models::FluxConfig::from_json(*spec.config_json);
   // A single Black Forest Labs file carries no config.json: its shapes define the model.
   if (spec.weights && models::is_bfl_flux_file(*spec.weights)) {
     return models::flux_config_from_bfl(io::SafetensorsFile::open(*spec.weights));
   }
-  return models::FluxConfig::preset(model_family(kName).preset_of(spec.preset));
+  return models::FluxConfig::preset(model_family(kFluxName).preset_of(spec.preset));
 }
 
 // SimpleTuner's per-flavour settings (flux/model.py check_user_config).
@@ -79,7 +79,7 @@ class FluxTransformer final : public Transformer {
   }
 
   static models::Flux build(const TransformerSpec& spec) {
-    const models::FluxConfig config = config_of(spec);
+    const models::FluxConfig config = flux_config_of(spec);
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::Flux model(config);
       // Either layout (diffusers or BFL), a file or a component folder.
@@ -93,7 +93,7 @@ class FluxTransformer final : public Transformer {
     return models::make_quantized_flux(config, spec.base_precision, &files);
   }
 
-  std::string family() const override { return kName; }
+  std::string family() const override { return kFluxName; }
   torch::nn::Module& module() override { return *model_; }
   std::vector<int64_t> stack_sizes() const override {
     return {model_->config().num_layers, model_->config().num_single_layers};
@@ -140,7 +140,7 @@ class FluxTransformer final : public Transformer {
     std::vector<std::string> expected{"hidden_states", "encoder_hidden_states", "pooled_projections",
                                       "timestep", "img_ids", "txt_ids"};
     if (guided) expected.push_back("guidance");
-    const auto get = check_named_inputs(inputs, expected, kName);
+    const auto get = check_named_inputs(inputs, expected, kFluxName);
     return model_->forward(get("hidden_states"), get("encoder_hidden_states"),
                            get("pooled_projections"), get("timestep"), get("img_ids"),
                            get("txt_ids"), guided ? std::optional<at::Tensor>(get("guidance")) : std::nullopt);
@@ -148,7 +148,7 @@ class FluxTransformer final : public Transformer {
 
   Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
                         at::Generator& generator, const at::Device& device) override {
-    check_synthetic_counts(kName, batch, image_tokens, text_tokens);
+    check_synthetic_counts(kFluxName, batch, image_tokens, text_tokens);
     const auto& config = model_->config();
     const int64_t rows = squarest_rows(image_tokens), cols = image_tokens / rows;
     TORCH_CHECK_VALUE(config.in_channels % 4 == 0, "[flux] in_channels must be a multiple of 4 "
@@ -214,7 +214,7 @@ std::vector<OptionSpec> flux_options() {
   rows.push_back(Opt("LoRA", "flux_lora_target", OptionType::Choice, bind_field(&TrainConfig::flux_lora_target),
                      "Which layers to train in Flux models")
                      .choices(targets)
-                     .depends("model_type", "lora").depends("model_family", kName)
+                     .depends("model_type", "lora").depends("model_family", kFluxName)
                      .value_alias("mmdit", "default")
                      .unsupported("controlnet", "a ControlNet branch to adapt (controlnet)")
                      .unsupported("all+ffs+embedder+controlnet", "a ControlNet branch to adapt (controlnet)")
@@ -238,14 +238,14 @@ std::vector<OptionSpec> flux_options() {
 
 void register_family_flux() {
   ModelFamily f;
-  f.name = kName;
+  f.name = kFluxName;
   f.display_name = "Flux.1";
   f.flavour_specs = flux_flavours();
   f.flavour_aliases = {{"flux-dev", "dev"}, {"flux-schnell", "schnell"}};
   f.default_flavour = "krea";
   f.small_flavour = "flux-tiny";
   f.apply_flavour = apply_flux_flavour;
-  f.latents = LatentLayout{kName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
+  f.latents = LatentLayout{kFluxName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
                            /*variable_text_length=*/false};
   f.encodes_images = true;  // remat/encoders/flux_encoders.h
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
@@ -258,13 +258,13 @@ void register_family_flux() {
     return std::make_unique<FluxTransformer>(spec, device);
   };
   f.conditioning = [](const TransformerSpec& spec) {
-    const auto config = config_of(spec);
+    const auto config = flux_config_of(spec);
     // 2x2 packing: the model's in_channels are 4 latent channels per token.
     return ConditioningWidths{config.joint_attention_dim, config.pooled_projection_dim,
                               config.in_channels % 4 == 0 ? config.in_channels / 4 : 0};
   };
-  f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(config_of(spec)); };
-  f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(config_of(spec)); };
+  f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(flux_config_of(spec)); };
+  f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(flux_config_of(spec)); };
   register_family(std::move(f));
 }
 

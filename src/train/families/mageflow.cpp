@@ -15,7 +15,7 @@ namespace {
 
 using namespace support;
 
-const char* const kName = "mageflow";
+const char* const kMageFlowName = "mageflow";
 
 // model_flavour values: SimpleTuner's names (its mageflow/model.py HUGGINGFACE_PATHS, default
 // base), all the published architecture, then remat's small test configurations.
@@ -33,9 +33,9 @@ std::vector<FlavourSpec> mageflow_flavours() {
   };
 }
 
-models::MageFlowConfig config_of(const TransformerSpec& spec) {
+models::MageFlowConfig mageflow_config_of(const TransformerSpec& spec) {
   return spec.config_json ? models::MageFlowConfig::from_json(*spec.config_json)
-                          : models::MageFlowConfig::preset(model_family(kName).preset_of(spec.preset));
+                          : models::MageFlowConfig::preset(model_family(kMageFlowName).preset_of(spec.preset));
 }
 
 // MageFlow trains on packed batches: the B samples of a batch are concatenated along the token
@@ -47,7 +47,7 @@ class MageFlowTransformer final : public Transformer {
   }
 
   static models::MageFlow build(const TransformerSpec& spec) {
-    const models::MageFlowConfig config = config_of(spec);
+    const models::MageFlowConfig config = mageflow_config_of(spec);
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::MageFlow model(config);
       load_weights(*model, spec.weights);
@@ -59,7 +59,7 @@ class MageFlowTransformer final : public Transformer {
     return models::make_quantized_mageflow(config, spec.base_precision, &files);
   }
 
-  std::string family() const override { return kName; }
+  std::string family() const override { return kMageFlowName; }
   torch::nn::Module& module() override { return *model_; }
   std::vector<int64_t> stack_sizes() const override { return {model_->config().depth}; }
 
@@ -104,7 +104,7 @@ class MageFlowTransformer final : public Transformer {
   at::Tensor forward_named(const std::map<std::string, at::Tensor>& inputs) override {
     const auto get = check_named_inputs(
         inputs, {"img", "txt", "timesteps", "img_shapes", "img_cu_seqlens", "txt_cu_seqlens"},
-        kName, {"img_shapes", "img_cu_seqlens", "txt_cu_seqlens"});
+        kMageFlowName, {"img_shapes", "img_cu_seqlens", "txt_cu_seqlens"});
     const at::Tensor shapes = get("img_shapes").to(at::kLong);
     TORCH_CHECK_VALUE(shapes.dim() == 2 && shapes.size(1) == 3,
                       "[mageflow] img_shapes must be (num_images, 3) of (frames, h, w), got shape ",
@@ -127,7 +127,7 @@ class MageFlowTransformer final : public Transformer {
 
   Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
                         at::Generator& generator, const at::Device& device) override {
-    check_synthetic_counts(kName, batch, image_tokens, text_tokens);
+    check_synthetic_counts(kMageFlowName, batch, image_tokens, text_tokens);
     const auto& config = model_->config();
     const int64_t rows = squarest_rows(image_tokens);  // one latent pixel is one token
     const auto f32 = at::TensorOptions().dtype(at::kFloat);
@@ -170,13 +170,13 @@ class MageFlowTransformer final : public Transformer {
 
 void register_family_mageflow() {
   ModelFamily f;
-  f.name = kName;
+  f.name = kMageFlowName;
   f.display_name = "MageFlow";
   f.flavour_specs = mageflow_flavours();
   f.flavour_aliases = {{"mageflow-4b", "base"}};
   f.default_flavour = "base";
   f.small_flavour = "mageflow-tiny";
-  f.latents = LatentLayout{kName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
+  f.latents = LatentLayout{kMageFlowName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
                            /*variable_text_length=*/true};
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"}};
   f.lora_target_presets = {"default"};
@@ -185,11 +185,11 @@ void register_family_mageflow() {
     return std::make_unique<MageFlowTransformer>(spec, device);
   };
   f.conditioning = [](const TransformerSpec& spec) {
-    const auto config = config_of(spec);
+    const auto config = mageflow_config_of(spec);
     return ConditioningWidths{config.context_in_dim, 0, config.in_channels};
   };
-  f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(config_of(spec)); };
-  f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(config_of(spec)); };
+  f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(mageflow_config_of(spec)); };
+  f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(mageflow_config_of(spec)); };
   register_family(std::move(f));
 }
 

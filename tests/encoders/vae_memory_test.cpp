@@ -1,0 +1,89 @@
+// The VAE's inference memory, counted by remat's tracking allocator: an encode holds no tensor
+// longer than diffusers' Encoder does (models/autoencoders/vae.py, models/resnet.py), and the
+// in-place arithmetic it uses without autograd changes no output bit.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/encoders/autoencoder_kl.h"
+#include "remat/memory.h"
+
+namespace {
+
+using namespace remat::encoders;
+
+AutoencoderKLConfig narrow_config() {
+  // FLUX.1's four levels (so the mid-block attention runs at 1/8 of the side, over 4096 tokens at
+  // 512 px), an eighth of its widths.
+  AutoencoderKLConfig c = AutoencoderKLConfig::tiny();
+  c.block_out_channels = {16, 32, 64, 64};
+  c.norm_num_groups = 8;
+  return c;
+}
+
+int64_t bytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// The peak of a 512 px encode, above the weights and the input, is the first full-resolution
+// ResnetBlock2D's: its input, the activated norm output, and one convolution's output and
+// workspace (the convolution measured alone, so the formula holds whatever kernel LibTorch picks).
+// diffusers holds more there: the block's input stays referenced by Encoder.forward while the
+// whole down block runs, and ResnetBlock2D's residual sum and its division are new tensors.
+TEST(VaeMemory, EncodePeakIsOneResnetBlocksLiveActivations) {
+  remat::memory::install_cpu_tracking();
+  ASSERT_TRUE(remat::memory::cpu_tracking_installed());
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(0);
+  const AutoencoderKLConfig config = narrow_config();
+  AutoencoderKL vae(config);
+  vae->eval();
+  const at::Tensor image = torch::rand({1, 3, 512, 512}) * 2 - 1;
+
+  // One activation at full resolution, and what one 3x3 convolution of it costs above its input.
+  const at::Tensor activation = torch::randn({1, config.block_out_channels[0], 512, 512});
+  const int64_t A = bytes_of(activation);
+  int64_t conv_cost = 0;
+  {
+    const auto& conv1 = vae->encoder->down_blocks[0]->named_modules()["resnets.0.conv1"];
+    remat::memory::PeakScope scope;
+    const at::Tensor out = conv1->as<torch::nn::Conv2d>()->forward(activation);
+    conv_cost = scope.peak_delta();
+    ASSERT_GE(conv_cost, bytes_of(out));
+  }
+
+  int64_t peak = 0;
+  at::Tensor mean;
+  {
+    remat::memory::PeakScope scope;
+    mean = vae->encode(image).mean;
+    peak = scope.peak_delta();
+  }
+  const int64_t formula = 2 * A + conv_cost;
+  std::printf("encode 512 px fp32 (channels 16, 32, 64, 64): peak %lld bytes above weights + input; formula "
+              "2 x %lld (block input, activated norm) + %lld (a convolution) = %lld; weights %lld, input %lld\n",
+              static_cast<long long>(peak), static_cast<long long>(A), static_cast<long long>(conv_cost),
+              static_cast<long long>(formula), static_cast<long long>(remat::memory::current_bytes()),
+              static_cast<long long>(bytes_of(image)));
+  ASSERT_TRUE(mean.defined());
+  // GroupNorm's per-group statistics and the latents are a few KiB.
+  EXPECT_NEAR(static_cast<double>(peak), static_cast<double>(formula), 256.0 * 1024.0);
+}
+
+// Without autograd the blocks overwrite their own intermediates; with it they may not. Both give
+// the same bits.
+TEST(VaeMemory, InPlaceInferenceEqualsTheAutogradPath) {
+  torch::manual_seed(1);
+  AutoencoderKL vae(narrow_config());
+  vae->eval();
+  const at::Tensor image = torch::rand({2, 3, 64, 48}) * 2 - 1;
+  at::Tensor with_grad_mean, with_grad_decoded;
+  {
+    const at::Tensor input = image.clone().requires_grad_(true);
+    with_grad_mean = vae->encode(input).mean.detach();
+    with_grad_decoded = vae->decode(with_grad_mean).detach();
+  }
+  torch::NoGradGuard no_grad;
+  const at::Tensor mean = vae->encode(image).mean;
+  EXPECT_TRUE(torch::equal(mean, with_grad_mean));
+  EXPECT_TRUE(torch::equal(vae->decode(mean), with_grad_decoded));
+}
+
+}  // namespace
