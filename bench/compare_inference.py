@@ -10,13 +10,17 @@ count, and both count memory the same two ways: remat's tracking CPU allocator (
 libremat_pytrack.so) and the resident set (VmHWM reset through /proc/self/clear_refs), each above the
 start of the work, so weights and input are not counted.
 
-  build-pytorch/venv/bin/pip install diffusers
+  build-pytorch/venv/bin/pip install diffusers accelerate
   build-pytorch/venv/bin/python bench/compare_inference.py --build build-pytorch \\
       --cases vae-encode:256:fp32,vae-encode:512:fp32,vae-encode:512:bf16,vae-decode:256:fp32,vae-decode:512:fp32 \\
       --rounds 3 --markdown inference.md
 
-A case is <vae-encode|vae-decode>:<image side in pixels>:<fp32|bf16>. The VAE is FLUX.1's
-(diffusers' AutoencoderKL with FLUX.1-dev's vae/config.json), with random weights.
+A case is <vae-encode|vae-decode|denoise|denoise-cfg>:<image side in pixels>:<fp32|bf16>. The VAE is FLUX.1's
+(diffusers' AutoencoderKL with FLUX.1-dev's vae/config.json); `denoise` is FluxPipeline's loop
+(output_type="latent", 4 steps, guidance 3.5, seed 0) on a wide test transformer (WIDE_TRANSFORMER:
+FLUX.1's layout at a quarter of its width, 2 + 4 blocks) with FLUX.1-dev's scheduler and random
+prompt embeddings; `denoise-cfg` adds a negative prompt and true CFG (true_cfg_scale 4). All weights
+are random.
 """
 
 import argparse
@@ -38,6 +42,19 @@ FLUX_VAE_CONFIG = dict(
     mid_block_add_attention=True, force_upcast=True)
 
 
+# A FLUX.1-shaped transformer small enough for a CPU: 2 double and 4 single blocks of width 768.
+WIDE_TRANSFORMER = dict(
+    patch_size=1, in_channels=64, num_layers=2, num_single_layers=4, attention_head_dim=128,
+    num_attention_heads=6, joint_attention_dim=1024, pooled_projection_dim=768, guidance_embeds=True,
+    axes_dims_rope=(16, 56, 56))
+# FLUX.1-dev scheduler/scheduler_config.json.
+FLUX_SCHEDULER_CONFIG = dict(
+    num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5, max_shift=1.15,
+    base_image_seq_len=256, max_image_seq_len=4096)
+DENOISE_STEPS = 4
+TEXT_TOKENS = 128
+
+
 def status_bytes(key):
     with open("/proc/self/status") as f:
         for line in f:
@@ -46,7 +63,36 @@ def status_bytes(key):
     return -1
 
 
-def run_diffusers(work_dir, work, dtype_name, threads, pytrack):
+def diffusers_case(work_dir, work, dtype, side):
+    """Loads what `work` needs and returns the function that does it."""
+    import torch
+    from safetensors.torch import load_file
+    inputs = load_file(os.path.join(work_dir, "input.safetensors"))
+    if work.startswith("vae-"):
+        from diffusers import AutoencoderKL
+        vae = AutoencoderKL.from_pretrained(os.path.join(work_dir, "vae"), torch_dtype=dtype).eval()
+        x = inputs["input"].to(dtype)
+        if work == "vae-encode":
+            return lambda: vae.encode(x).latent_dist.mean
+        return lambda: vae.decode(x).sample
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    transformer = FluxTransformer2DModel.from_pretrained(os.path.join(work_dir, "transformer"), torch_dtype=dtype)
+    scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(work_dir, "scheduler"))
+    pipe = FluxPipeline(scheduler=scheduler, vae=None, text_encoder=None, tokenizer=None, text_encoder_2=None,
+                        tokenizer_2=None, transformer=transformer.eval())
+    pipe.set_progress_bar_config(disable=True)
+    embeds = {k: v.to(dtype)[None] for k, v in inputs.items()}
+    if work != "denoise-cfg":
+        embeds = {k: v for k, v in embeds.items() if not k.startswith("negative_")}
+
+    def run():
+        latents = pipe(**embeds, height=side, width=side, num_inference_steps=DENOISE_STEPS, guidance_scale=3.5,
+                       true_cfg_scale=4.0, generator=torch.Generator().manual_seed(0), output_type="latent").images
+        return FluxPipeline._unpack_latents(latents, side, side, 8)[0]
+    return run
+
+
+def run_diffusers(work_dir, work, dtype_name, side, threads, pytrack):
     """The diffusers side of one case, in this (fresh) process; prints one JSON line."""
     track = ctypes.CDLL(pytrack)
     track.remat_current_bytes.restype = ctypes.c_int64
@@ -54,12 +100,10 @@ def run_diffusers(work_dir, work, dtype_name, threads, pytrack):
     if track.remat_install_cpu_tracking() != 1:
         raise SystemExit("remat's tracking allocator could not be installed in this process")
     import torch
-    from diffusers import AutoencoderKL
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
     torch.set_num_threads(threads)
     dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
-    vae = AutoencoderKL.from_pretrained(os.path.join(work_dir, "vae"), torch_dtype=dtype).eval()
-    x = load_file(os.path.join(work_dir, "input.safetensors"))["input"].to(dtype)
+    run = diffusers_case(work_dir, work, dtype, side)
     with torch.no_grad():
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
@@ -67,7 +111,7 @@ def run_diffusers(work_dir, work, dtype_name, threads, pytrack):
         track.remat_reset_peak()
         start_bytes = track.remat_current_bytes()
         start = time.perf_counter()
-        out = vae.encode(x).latent_dist.mean if work == "vae-encode" else vae.decode(x).sample
+        out = run()
         seconds = time.perf_counter() - start
         tracked = track.remat_peak_bytes() - start_bytes
         rss = status_bytes("VmHWM") - rss_start
@@ -76,14 +120,22 @@ def run_diffusers(work_dir, work, dtype_name, threads, pytrack):
 
 
 def prepare(work_dir, work, side, seed=0):
-    """Random FLUX.1 VAE weights and an input for `work`, in diffusers' layout."""
+    """Random weights and inputs for `work`, in diffusers' layout."""
     import torch
-    from diffusers import AutoencoderKL
     from safetensors.torch import save_file
     torch.manual_seed(seed)
-    vae_dir = os.path.join(work_dir, "vae")
-    if not os.path.isdir(vae_dir):
-        AutoencoderKL(**FLUX_VAE_CONFIG).save_pretrained(vae_dir, safe_serialization=True)
+    if work.startswith("denoise"):
+        from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+        FluxTransformer2DModel(**WIDE_TRANSFORMER).save_pretrained(os.path.join(work_dir, "transformer"))
+        FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG).save_pretrained(os.path.join(work_dir, "scheduler"))
+        embeds = {}
+        for prefix in ("", "negative_"):
+            embeds[prefix + "prompt_embeds"] = torch.randn(TEXT_TOKENS, WIDE_TRANSFORMER["joint_attention_dim"])
+            embeds[prefix + "pooled_prompt_embeds"] = torch.randn(WIDE_TRANSFORMER["pooled_projection_dim"])
+        save_file(embeds, os.path.join(work_dir, "input.safetensors"))
+        return
+    from diffusers import AutoencoderKL
+    AutoencoderKL(**FLUX_VAE_CONFIG).save_pretrained(os.path.join(work_dir, "vae"), safe_serialization=True)
     if work == "vae-encode":
         x = torch.rand(1, 3, side, side) * 2 - 1
     else:
@@ -116,14 +168,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default="build-pytorch", help="remat build folder with bench programs")
     parser.add_argument("--cases", default="vae-encode:256:fp32,vae-encode:512:fp32,vae-encode:512:bf16,"
-                                           "vae-decode:256:fp32,vae-decode:512:fp32")
+                                           "vae-decode:256:fp32,vae-decode:512:fp32,denoise:256:fp32,denoise-cfg:256:fp32")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
-    parser.add_argument("--worker", nargs=4, metavar=("DIR", "WORK", "DTYPE", "PYTRACK"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", nargs=5, metavar=("DIR", "WORK", "DTYPE", "SIDE", "PYTRACK"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run_diffusers(args.worker[0], args.worker[1], args.worker[2], args.threads, args.worker[3])
+        run_diffusers(args.worker[0], args.worker[1], args.worker[2], int(args.worker[3]), args.threads,
+                      args.worker[4])
         return
     remat_bin = os.path.join(args.build, "bench", "inference_compare")
     pytrack = os.path.abspath(os.path.join(args.build, "bench", "libremat_pytrack.so"))
@@ -134,14 +187,17 @@ def main():
     with tempfile.TemporaryDirectory() as root:
         for case in args.cases.split(","):
             work, side, dtype = case.split(":")
-            if work not in ("vae-encode", "vae-decode") or dtype not in ("fp32", "bf16"):
-                raise SystemExit("a case is <vae-encode|vae-decode>:<side>:<fp32|bf16>, got %r" % case)
+            if work not in ("vae-encode", "vae-decode", "denoise", "denoise-cfg") or dtype not in ("fp32", "bf16"):
+                raise SystemExit("a case is <vae-encode|vae-decode|denoise|denoise-cfg>:<side>:<fp32|bf16>, got %r"
+                                 % case)
             work_dir = os.path.join(root, case.replace(":", "-"))
             os.makedirs(work_dir)
             prepare(work_dir, work, int(side))
             remat_cmd = [remat_bin, work_dir, work, dtype, str(args.threads)]
+            if work.startswith("denoise"):
+                remat_cmd += [side, str(DENOISE_STEPS)]
             py_cmd = [sys.executable, os.path.abspath(__file__), "--threads", str(args.threads),
-                      "--worker", work_dir, work, dtype, pytrack]
+                      "--worker", work_dir, work, dtype, side, pytrack]
             runs = {"remat": [], "diffusers": []}
             for r in range(args.rounds):
                 order = [("remat", remat_cmd), ("diffusers", py_cmd)]

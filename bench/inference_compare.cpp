@@ -1,15 +1,21 @@
 // remat's side of bench/compare_inference.py: one inference case on weights and an input that the
 // script wrote in diffusers' layout, timed and measured the way the script measures diffusers.
 //
-// usage: inference_compare <work_dir> <vae-encode|vae-decode> <fp32|bf16> <threads>
-//   reads  <work_dir>/vae/config.json, <work_dir>/vae/diffusion_pytorch_model.safetensors,
-//          <work_dir>/input.safetensors ("input": the image, or the latents to decode)
-//   writes <work_dir>/output_remat.safetensors ("output": the posterior mean, or the picture)
+// usage: inference_compare <work_dir> <vae-encode|vae-decode|denoise|denoise-cfg> <fp32|bf16> <threads> [side steps]
+//   vae-*:   reads <work_dir>/vae/ (config.json, diffusion_pytorch_model.safetensors) and
+//            <work_dir>/input.safetensors ("input": the image, or the latents to decode)
+//   denoise: reads <work_dir>/transformer/, <work_dir>/scheduler/scheduler_config.json and
+//            <work_dir>/input.safetensors ("prompt_embeds", "pooled_prompt_embeds"); runs
+//            FluxPipeline's loop for a side x side picture in `steps` steps, seed 0, guidance 3.5;
+//            denoise-cfg adds "negative_prompt_embeds", "negative_pooled_prompt_embeds" and true CFG 4
+//   writes <work_dir>/output_remat.safetensors ("output": the posterior mean, the picture, or the
+//          final latents unpacked to (C, side / 8, side / 8))
 //   prints one JSON line: seconds, tracked_peak (remat's CPU allocator, bytes above the start of
 //          the work: weights and input excluded), rss_peak (VmHWM above the RSS at the start)
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include <torch/torch.h>
@@ -18,6 +24,9 @@
 #include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
+#include "remat/sample/pipeline.h"
+#include "remat/sample/sampler.h"
+#include "remat/sample/scheduler.h"
 #include "remat/threads.h"
 
 namespace {
@@ -35,11 +44,47 @@ int64_t status_bytes(const std::string& key) {
 // Resets VmHWM to the current RSS (Linux: proc(5), /proc/pid/clear_refs, value 5).
 void reset_rss_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
+// The work of one case, with its weights and inputs loaded before `measure` starts.
+struct Case {
+  std::function<at::Tensor()> run;
+};
+
+Case vae_case(const std::string& dir, const std::string& work, at::ScalarType dtype) {
+  const auto config = remat::encoders::AutoencoderKLConfig::from_file(dir + "/vae/config.json");
+  auto vae = remat::encoders::load_autoencoder_kl(dir + "/vae/diffusion_pytorch_model.safetensors", config, dtype);
+  const at::Tensor input = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input", dtype);
+  if (work == "vae-encode") return {[vae, input] { return vae.ptr()->encode(input).mean; }};
+  return {[vae, input] { return vae.ptr()->decode(input); }};
+}
+
+Case denoise_case(const std::string& dir, at::ScalarType dtype, int64_t side, int64_t steps, bool cfg) {
+  auto transformer = remat::sample::load_transformer_with_loras(dir + "/transformer", dtype, at::kCPU, {}, {});
+  const auto scheduler =
+      remat::sample::FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
+  const auto file = remat::io::SafetensorsFile::open(dir + "/input.safetensors");
+  const remat::sample::PromptEmbeddings prompt{file.tensor("prompt_embeds", dtype),
+                                               file.tensor("pooled_prompt_embeds", dtype)};
+  remat::sample::PromptEmbeddings negative;
+  if (cfg) {
+    negative = {file.tensor("negative_prompt_embeds", dtype), file.tensor("negative_pooled_prompt_embeds", dtype)};
+  }
+  remat::sample::SamplingSettings settings;
+  settings.width = settings.height = side;
+  settings.num_inference_steps = steps;
+  settings.guidance_scale = 3.5;
+  settings.true_cfg_scale = 4.0;
+  settings.seed = 0;
+  return {[transformer, scheduler, prompt, negative, settings, cfg] {
+    return remat::sample::denoise(*transformer.ptr(), scheduler, prompt, cfg ? &negative : nullptr, settings);
+  }};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: inference_compare <work_dir> <vae-encode|vae-decode> <fp32|bf16> <threads>\n");
+  if (argc != 5 && argc != 7) {
+    std::fprintf(stderr, "usage: inference_compare <work_dir> <vae-encode|vae-decode|denoise|denoise-cfg> <fp32|bf16> "
+                         "<threads> [side steps]\n");
     return 2;
   }
   const std::string dir = argv[1], work = argv[2], dtype_name = argv[3];
@@ -47,16 +92,15 @@ int main(int argc, char** argv) {
   remat::set_cpu_threads(std::stoll(argv[4]));
   const at::ScalarType dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
   torch::NoGradGuard no_grad;
-
-  const auto config = remat::encoders::AutoencoderKLConfig::from_file(dir + "/vae/config.json");
-  auto vae = remat::encoders::load_autoencoder_kl(dir + "/vae/diffusion_pytorch_model.safetensors", config, dtype);
-  const at::Tensor input = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input", dtype);
+  const bool denoise = work == "denoise" || work == "denoise-cfg";
+  const Case c = denoise ? denoise_case(dir, dtype, std::stoll(argv[5]), std::stoll(argv[6]), work == "denoise-cfg")
+                         : vae_case(dir, work, dtype);
 
   reset_rss_peak();
   const int64_t rss_start = status_bytes("VmRSS");
   remat::memory::PeakScope scope;
   const auto start = std::chrono::steady_clock::now();
-  at::Tensor output = work == "vae-encode" ? vae->encode(input).mean : vae->decode(input);
+  const at::Tensor output = c.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t tracked = scope.peak_delta(), rss = status_bytes("VmHWM") - rss_start;
 

@@ -12,6 +12,7 @@
 #include <c10/util/StringUtil.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include "remat/default_dtype.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 
@@ -230,8 +231,14 @@ at::Tensor AutoencoderKLImpl::from_transformer_latents(const at::Tensor& latents
 AutoencoderKL load_autoencoder_kl(const std::vector<std::string>& paths, const AutoencoderKLConfig& config,
                                   at::ScalarType dtype) {
   if (paths.empty()) throw_value_error("[vae] load_autoencoder_kl needs at least one safetensors file, got none");
-  AutoencoderKL vae(config);
-  vae->to(dtype);
+  // Built in its dtype, as diffusers' from_pretrained(torch_dtype=...) does: built in float32 and
+  // then cast, a bf16 VAE would hold twice its own size while loading.
+  AutoencoderKL vae{nullptr};
+  {
+    DefaultDtypeGuard guard(dtype);
+    vae = AutoencoderKL(config);
+  }
+  vae->to(dtype);  // buffers and anything built outside the default dtype
   std::vector<io::SafetensorsFile> files;
   try {
     for (const auto& p : paths) files.push_back(io::SafetensorsFile::open(p));

@@ -8,6 +8,7 @@
 
 namespace remat {
 namespace {
+namespace checkpoint_sequential_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using testing::expect_bitwise_equal;
 using testing::grads_of;
@@ -211,5 +212,6 @@ TEST_F(SequentialTest, RunLayoutGradientsMatchDirect) {
   EXPECT_TRUE(torch::equal(expected_img, img.grad()));
 }
 
+}  // namespace checkpoint_sequential_test
 }  // namespace
 }  // namespace remat

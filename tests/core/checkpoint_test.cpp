@@ -10,6 +10,7 @@
 
 namespace remat {
 namespace {
+namespace checkpoint_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using testing::expect_bitwise_equal;
 using testing::grads_of;
@@ -368,5 +369,6 @@ TEST_F(CheckpointTest, BackendNames) {
   }
 }
 
+}  // namespace checkpoint_test
 }  // namespace
 }  // namespace remat

@@ -9,6 +9,7 @@
 
 namespace remat {
 namespace {
+namespace memory_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 TEST(MemoryTracking, CountsLiveTensorBytesAndPeak) {
   ASSERT_TRUE(memory::cpu_tracking_installed());
@@ -135,5 +136,6 @@ TEST(CheckpointMemory, ForwardKeepsOnlySegmentBoundaries) {
   EXPECT_LT(seg1, seg4);
 }
 
+}  // namespace memory_test
 }  // namespace
 }  // namespace remat

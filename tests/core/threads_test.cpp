@@ -9,6 +9,7 @@
 #include "value_error.h"
 
 namespace {
+namespace threads_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 double seconds(clockid_t clock) {
   timespec t{};
@@ -58,4 +59,5 @@ TEST_F(CpuThreadsTest, NegativeCountIsRefusedByValue) {
   EXPECT_NE(message.find("got -3"), std::string::npos) << message;
 }
 
+}  // namespace threads_test
 }  // namespace

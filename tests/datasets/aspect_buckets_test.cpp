@@ -11,6 +11,7 @@
 
 namespace remat::data {
 namespace {
+namespace aspect_buckets_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 ImageDatasetConfig dataset(double resolution, ResolutionType type, bool crop = false,
                            CropAspect aspect = CropAspect::square, CropStyle style = CropStyle::center) {
@@ -235,5 +236,6 @@ TEST(AspectBuckets, BadSizesAreErrors) {
             std::string::npos);
 }
 
+}  // namespace aspect_buckets_test
 }  // namespace
 }  // namespace remat::data

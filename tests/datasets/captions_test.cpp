@@ -9,6 +9,7 @@
 
 namespace remat::data {
 namespace {
+namespace captions_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 ImageDatasetConfig with_strategy(CaptionStrategy strategy) {
   ImageDatasetConfig c;
@@ -95,5 +96,6 @@ TEST(Captions, OnlyInstancePromptReplacesEveryCaption) {
   EXPECT_EQ(caption(dir / "y.png", c), " sks ");
 }
 
+}  // namespace captions_test
 }  // namespace
 }  // namespace remat::data

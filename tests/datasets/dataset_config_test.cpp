@@ -12,6 +12,7 @@
 
 namespace remat::data {
 namespace {
+namespace dataset_config_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 class DatasetConfig : public ::testing::Test {
  protected:
@@ -317,5 +318,6 @@ TEST(DataNames, ToString) {
   EXPECT_STREQ(to_string(CropAspect::preserve), "preserve");
 }
 
+}  // namespace dataset_config_test
 }  // namespace
 }  // namespace remat::data

@@ -17,6 +17,7 @@
 
 namespace remat::data {
 namespace {
+namespace demo_images_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using testing::error_text;
@@ -149,5 +150,6 @@ TEST(DemoImages, RefusesANonEmptyDirectoryAndBadSizes) {
   EXPECT_FALSE(fs::exists(dir / "image_0000.png"));
 }
 
+}  // namespace demo_images_test
 }  // namespace
 }  // namespace remat::data

@@ -14,6 +14,7 @@
 
 namespace remat::data {
 namespace {
+namespace image_scan_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 
@@ -141,5 +142,6 @@ TEST(ImageScan, ImageFileNames) {
   }
 }
 
+}  // namespace image_scan_test
 }  // namespace
 }  // namespace remat::data

@@ -27,6 +27,7 @@
 
 namespace remat::train {
 namespace {
+namespace data_parallel_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::RankExit;
@@ -371,5 +372,6 @@ TEST_F(DataParallelTraining, MismatchedConfigurationsAreRefused) {
   EXPECT_FALSE(fs::exists(root_ / "mismatch" / kMetricsFile));
 }
 
+}  // namespace data_parallel_test
 }  // namespace
 }  // namespace remat::train

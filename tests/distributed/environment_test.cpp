@@ -9,6 +9,7 @@
 
 namespace remat::distributed {
 namespace {
+namespace environment_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_of;
 
@@ -93,5 +94,6 @@ TEST(Backend, AutomaticChoiceAndRefusals) {
   EXPECT_TRUE(contains(error_of([&] { choose_backend("nccl", c10::Device(c10::kCPU)); }), "NCCL backend needs a CUDA device"));
 }
 
+}  // namespace environment_test
 }  // namespace
 }  // namespace remat::distributed

@@ -18,6 +18,7 @@
 
 namespace remat::distributed {
 namespace {
+namespace process_group_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_of;
 
@@ -156,5 +157,6 @@ TEST(GradientReducer, AccumulatesLocallyUntilTheLastMicroBatch) {
   EXPECT_TRUE(torch::allclose(layer->bias.grad(), torch::full({4}, 3.0), 1e-6, 1e-6));
 }
 
+}  // namespace process_group_test
 }  // namespace
 }  // namespace remat::distributed

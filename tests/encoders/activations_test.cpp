@@ -6,6 +6,7 @@
 #include "remat/encoders/activations.h"
 
 namespace {
+namespace activations_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 // Element by element in double precision from the published formulas, independent of ATen's ops.
 double quick_gelu_reference(double x) { return x / (1.0 + std::exp(-1.702 * x)); }
@@ -46,4 +47,5 @@ TEST(EncoderActivations, KeepTheInputDtype) {
   EXPECT_EQ(remat::encoders::gelu_new(x).scalar_type(), torch::kBFloat16);
 }
 
+}  // namespace activations_test
 }  // namespace

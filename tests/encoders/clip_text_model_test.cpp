@@ -17,6 +17,7 @@
 #include "value_error.h"
 
 namespace {
+namespace clip_text_model_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::encoders::ClipTextConfig;
 using remat::encoders::ClipTextModel;
@@ -353,4 +354,5 @@ TEST_F(ClipTextModelTest, RejectsBadInputIds) {
   EXPECT_NE(error_of([&] { model->forward(at::full({1, 4}, 5, at::kInt)); }).find("int64"), std::string::npos);
 }
 
+}  // namespace clip_text_model_test
 }  // namespace

@@ -18,6 +18,7 @@
 #include "value_error.h"
 
 namespace {
+namespace clip_tokenizer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::encoders::ClipTokenizer;
@@ -266,4 +267,5 @@ TEST_F(ClipTokenizerTest, MalformedFilesNameTheFileAndLine) {
   EXPECT_EQ(ClipTokenizer::from_directory(d).pad_id(), 0);
 }
 
+}  // namespace clip_tokenizer_test
 }  // namespace

@@ -16,6 +16,7 @@
 #include "value_error.h"
 
 namespace {
+namespace flux_encoders_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::error_of;
@@ -177,4 +178,5 @@ TEST(FluxEncoders, BadComponentFilesNameTheFile) {
   EXPECT_NE(message.find("encoder.conv_in.weight"), std::string::npos) << message;
 }
 
+}  // namespace flux_encoders_test
 }  // namespace

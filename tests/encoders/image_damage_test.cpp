@@ -11,6 +11,7 @@
 
 namespace remat::encoders {
 namespace {
+namespace image_damage_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_text;
 using remat::testing::TempDir;
@@ -148,5 +149,6 @@ TEST(ImageDamage, HugeJpegIsRefusedFromItsHeader) {
   EXPECT_EQ(error_text([&] { read_image_info(dir / "huge.jpg"); }), expected);
 }
 
+}  // namespace image_damage_test
 }  // namespace
 }  // namespace remat::encoders

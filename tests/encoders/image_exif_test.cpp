@@ -13,6 +13,7 @@
 
 namespace remat::encoders {
 namespace {
+namespace image_exif_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::TempDir;
 using namespace remat::encoders::testing;
@@ -113,5 +114,6 @@ TEST(ImageExif, MeaninglessOrientationsLeaveThePictureAsStored) {
   }
 }
 
+}  // namespace image_exif_test
 }  // namespace
 }  // namespace remat::encoders

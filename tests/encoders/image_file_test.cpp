@@ -11,6 +11,7 @@
 
 namespace remat::encoders {
 namespace {
+namespace image_file_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_of;
 using remat::testing::TempDir;
@@ -108,5 +109,6 @@ TEST(ImageFile, HugeClaimedSizeIsRefusedBeforeDecoding) {
                 "' is 100000 x 100000 pixels; at most 67108864 pixels (8192 x 8192) are read\n");
 }
 
+}  // namespace image_file_test
 }  // namespace
 }  // namespace remat::encoders

@@ -12,6 +12,7 @@
 
 namespace remat::encoders {
 namespace {
+namespace image_formats_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::TempDir;
 using namespace remat::encoders::testing;
@@ -95,5 +96,6 @@ TEST(ImageFormats, FormatIsToldByContentNotName) {
   EXPECT_EQ(png.height, 5);
 }
 
+}  // namespace image_formats_test
 }  // namespace
 }  // namespace remat::encoders

@@ -10,6 +10,7 @@
 
 namespace remat::encoders {
 namespace {
+namespace image_resize_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_text;
 
@@ -144,5 +145,6 @@ TEST(ImageCrop, BoxInsideIsCopiedAndBoxOutsideIsRefused) {
             "[image] crop_picture needs a non-empty uint8 [height, width, channels] tensor, got Float of size [4, 4, 3]");
 }
 
+}  // namespace image_resize_test
 }  // namespace
 }  // namespace remat::encoders

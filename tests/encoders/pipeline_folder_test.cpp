@@ -18,6 +18,7 @@
 #include "value_error.h"
 
 namespace {
+namespace pipeline_folder_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::error_of;
@@ -482,4 +483,5 @@ TEST(PipelineFolder, ResolveAcceptsAPipelineOrAComponentFolder) {
       << msg;
 }
 
+}  // namespace pipeline_folder_test
 }  // namespace

@@ -8,6 +8,7 @@
 #include "value_error.h"
 
 namespace {
+namespace t5_config_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::encoders::T5Config;
 using remat::testing::error_text;
@@ -114,4 +115,5 @@ TEST(T5Config, RejectsBadValuesNamingTheKey) {
             std::string::npos);
 }
 
+}  // namespace t5_config_test
 }  // namespace

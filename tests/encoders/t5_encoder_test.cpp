@@ -17,6 +17,7 @@
 // outputs of the code under test.
 
 namespace {
+namespace t5_encoder_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::encoders::T5Config;
 using remat::encoders::T5EncoderModel;
@@ -473,4 +474,5 @@ TEST_F(T5EncoderTest, RejectsBadInputs) {
             std::string::npos);
 }
 
+}  // namespace t5_encoder_test
 }  // namespace

@@ -16,6 +16,7 @@
 // truncation keeping eos last), not from recorded outputs.
 
 namespace {
+namespace t5_tokenizer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::encoders::T5Encoding;
 using remat::encoders::T5Tokenizer;
@@ -157,4 +158,5 @@ TEST_F(T5TokenizerTest, CorruptOrMissingModelFilesAreNamed) {
   EXPECT_EQ(missing.rfind("[t5-tokenizer]", 0), 0u) << missing;
 }
 
+}  // namespace t5_tokenizer_test
 }  // namespace

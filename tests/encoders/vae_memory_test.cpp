@@ -8,6 +8,7 @@
 #include "remat/memory.h"
 
 namespace {
+namespace vae_memory_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using namespace remat::encoders;
 
@@ -86,4 +87,5 @@ TEST(VaeMemory, InPlaceInferenceEqualsTheAutogradPath) {
   EXPECT_TRUE(torch::equal(vae->decode(mean), with_grad_decoded));
 }
 
+}  // namespace vae_memory_test
 }  // namespace

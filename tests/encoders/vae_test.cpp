@@ -17,6 +17,7 @@
 #include "vae_reference.h"
 
 namespace {
+namespace vae_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using namespace remat::encoders;
 namespace ref = remat::testing::vae;
@@ -511,4 +512,5 @@ TEST_F(VaeTest, EncodeAndDecodeRejectWrongShapes) {
             "[vae] decode input must be (B, 4, h, w), got shape [1, 3, 8, 8]");
 }
 
+}  // namespace vae_test
 }  // namespace

@@ -27,6 +27,7 @@
 
 namespace remat {
 namespace {
+namespace gpu_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 const c10::Device kCuda(c10::kCUDA, 0);
 
@@ -240,5 +241,6 @@ TEST(GpuDistributed, NcclGroupOfOneSumsOnTheDevice) {
   group->barrier("the GPU test's barrier");
 }
 
+}  // namespace gpu_test
 }  // namespace
 }  // namespace remat

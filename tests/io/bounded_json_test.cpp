@@ -17,6 +17,7 @@
 
 namespace remat::io {
 namespace {
+namespace bounded_json_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 std::string nested(size_t depth, const std::string& inner = "1") {
   return std::string(depth, '[') + inner + std::string(depth, ']');
@@ -76,5 +77,6 @@ TEST(Files, FifoIsRefusedWithoutBlocking) {
             std::string::npos);
 }
 
+}  // namespace bounded_json_test
 }  // namespace
 }  // namespace remat::io

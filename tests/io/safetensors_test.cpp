@@ -19,11 +19,13 @@
 #include "remat/memory.h"
 #include "test_paths.h"
 
-namespace fs = std::filesystem;
 using remat::io::LoadOptions;
 using remat::io::SafetensorsFile;
 
 namespace {
+namespace safetensors_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
+
+namespace fs = std::filesystem;
 
 // A fresh directory per test, removed afterwards.
 class SafetensorsTest : public ::testing::Test {
@@ -103,8 +105,6 @@ std::vector<remat::io::NamedTensor> every_dtype() {
       {"transposed", torch::randn({3, 4}).t()},  // non-contiguous
   };
 }
-
-}  // namespace
 
 TEST_F(SafetensorsTest, RoundTripIsBitExactForEveryDtype) {
   const auto entries = every_dtype();
@@ -444,8 +444,6 @@ TEST_F(SafetensorsTest, FailedSaveLeavesTheOldFileAndNoTemporary) {
   EXPECT_EQ(dir_entries(), std::vector<std::string>{"ckpt.safetensors"});
 }
 
-namespace {
-
 // fc.weight (4, 3), fc.bias (4), scale (2) buffer, head.weight (2, 4).
 struct NetImpl : torch::nn::Module {
   NetImpl() {
@@ -463,8 +461,6 @@ std::map<std::string, at::Tensor> snapshot(const torch::nn::Module& m) {
   for (const auto& [k, v] : remat::io::module_state(m)) out[k] = v.clone();
   return out;
 }
-
-}  // namespace
 
 TEST_F(SafetensorsTest, LoadsAModuleConvertingDtypes) {
   Net source;
@@ -570,3 +566,6 @@ TEST_F(SafetensorsTest, PrefixesFiltersAndShards) {
     remat::io::load_state_dict_into(*c, {shards[0], SafetensorsFile::open(path("s1.safetensors"))});
   }, {"provided by both"});
 }
+
+}  // namespace safetensors_test
+}  // namespace

@@ -9,6 +9,7 @@
 
 namespace remat::cli::launch {
 namespace {
+namespace launch_options_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 std::string error_of(const std::vector<std::string>& args) {
   try {
@@ -102,5 +103,6 @@ TEST(WorkerEnvironment, OneThreadPerWorkerUnlessTheUserSetIt) {
   EXPECT_TRUE(thread_default({"OMP_NUM_THREADS_X=4"}, 8).has_value());
 }
 
+}  // namespace launch_options_test
 }  // namespace
 }  // namespace remat::cli::launch

@@ -6,6 +6,7 @@
 
 namespace remat::cli::launch {
 namespace {
+namespace line_prefixer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 std::string feed_bytewise(LinePrefixer& prefixer, const std::string& text) {
   std::string out;
@@ -43,5 +44,6 @@ TEST(LinePrefixer, LongLinesAreCutAtTheLimit) {
   EXPECT_EQ(feed_bytewise(crlf, "abcd\r\nef\r\n\n"), "> abcd\n> ef\n> \n");
 }
 
+}  // namespace line_prefixer_test
 }  // namespace
 }  // namespace remat::cli::launch

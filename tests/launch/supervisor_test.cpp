@@ -19,6 +19,7 @@
 
 namespace remat::cli::launch {
 namespace {
+namespace supervisor_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -236,5 +237,6 @@ TEST_F(Launch, AWorkerThatCannotStartStopsTheStartedOnes) {
       << result.err;
 }
 
+}  // namespace supervisor_test
 }  // namespace
 }  // namespace remat::cli::launch

@@ -13,6 +13,7 @@
 
 namespace remat {
 namespace {
+namespace attention_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
@@ -127,5 +128,6 @@ TEST(Attention, AtFourThousandTokensTheFusedKernelHoldsNoScoreMatrix) {
   }
 }
 
+}  // namespace attention_test
 }  // namespace
 }  // namespace remat

@@ -9,6 +9,7 @@
 
 namespace remat::models {
 namespace {
+namespace flux_checkpointing_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::close;
 using test::RunResult;
@@ -197,5 +198,6 @@ TEST_F(FluxCheckpointingTest, LayoutFromSettings) {
   EXPECT_THROW(configure({"bad stride", "torch", 3, 2}), c10::ValueError);
 }
 
+}  // namespace flux_checkpointing_test
 }  // namespace
 }  // namespace remat::models

@@ -15,6 +15,7 @@
 
 namespace remat::models {
 namespace {
+namespace flux_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::close;
 using namespace test::reference;
@@ -281,5 +282,6 @@ TEST_F(FluxTest, RejectsBadInputs) {
   EXPECT_EQ(model->forward(x, c, pooled, t, img_ids, txt_ids, g).sizes(), (std::vector<int64_t>{1, 4, 64}));
 }
 
+}  // namespace flux_test
 }  // namespace
 }  // namespace remat::models

@@ -20,6 +20,7 @@
 
 namespace remat::models {
 namespace {
+namespace flux_weight_formats_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::diffusers_state;
 using test::forward_once;
@@ -254,5 +255,6 @@ TEST_F(FluxWeightFormatsTest, DocumentedTableEqualsTheCodeTable) {
   }
 }
 
+}  // namespace flux_weight_formats_test
 }  // namespace
 }  // namespace remat::models

@@ -13,6 +13,7 @@
 
 namespace remat::models {
 namespace {
+namespace layers_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::close;
 
@@ -185,5 +186,6 @@ TEST_F(LayersTest, LinearWithLora) {
   EXPECT_THROW(other->enable_lora(0, 1.0), c10::Error);
 }
 
+}  // namespace layers_test
 }  // namespace
 }  // namespace remat::models

@@ -20,6 +20,7 @@
 
 namespace remat::models {
 namespace {
+namespace lora_formats_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::close;
 using test::diffusers_state;
@@ -462,5 +463,6 @@ TEST_F(LoraFormatsTest, KohyaExportReadsBackToTheSameDeltas) {
   EXPECT_EQ(file.modules.size(), f.size());
 }
 
+}  // namespace lora_formats_test
 }  // namespace
 }  // namespace remat::models

@@ -11,6 +11,7 @@
 
 namespace remat::models {
 namespace {
+namespace lora_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::close;
 
@@ -149,5 +150,6 @@ TEST_F(LoraTest, LinearLayersAndLoraCountsWithoutBuilding) {
             (19 * 8 + 38 * 3) * 16 * (3072 + 3072));
 }
 
+}  // namespace lora_test
 }  // namespace
 }  // namespace remat::models

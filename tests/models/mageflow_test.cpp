@@ -17,6 +17,7 @@
 
 namespace remat::models {
 namespace {
+namespace mageflow_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using test::close;
 using test::RunResult;
@@ -378,5 +379,6 @@ TEST_F(MageFlowTest, FileShapesAreCheckedBeforeAllocating) {
   EXPECT_NE(cu.find("img_cu_seqlens must end at 4 (image tokens), got 268435456"), std::string::npos) << cu;
 }
 
+}  // namespace mageflow_test
 }  // namespace
 }  // namespace remat::models

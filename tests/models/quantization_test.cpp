@@ -20,6 +20,7 @@
 
 namespace remat::models {
 namespace {
+namespace quantization_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 // ---- float64 references -------------------------------------------------------------------
 
@@ -448,5 +449,6 @@ TEST(QuantizationTest, LinearWithoutWeightParameterCopes) {
   EXPECT_TRUE(test::close(l->full_weight().to(at::kFloat), full, 0, full.abs().max().item<double>() / 127));
 }
 
+}  // namespace quantization_test
 }  // namespace
 }  // namespace remat::models

@@ -21,6 +21,7 @@
 
 namespace remat::models {
 namespace {
+namespace quantized_loading_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 // flux-small with hidden 256 (2 heads x 128): weights of up to 1280 x 256, several times the
 // quantisers' working chunk, so the peak bound is a real constraint.
@@ -157,5 +158,6 @@ TEST(QuantizedLoadingTest, AFileForAnotherShapeIsRefusedNamingTheKey) {
   EXPECT_NE(error.find("transformer_blocks.1."), std::string::npos) << error;
 }
 
+}  // namespace quantized_loading_test
 }  // namespace
 }  // namespace remat::models

@@ -8,6 +8,7 @@
 #include "remat/plan.h"
 
 namespace {
+namespace cost_model_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::BlockCost;
 using remat::BlockMode;
@@ -167,8 +168,6 @@ TEST(Predict, RejectsBadInput) {
                 .peak_bytes);
 }
 
-}  // namespace
-
 // Note [Whole-step model]: parameter gradients created in backward, the head and loss after the
 // chain, and the floor of the rest of the step, by hand on three uniform blocks kept.
 TEST(Predict, WholeStepByHand) {
@@ -207,3 +206,6 @@ TEST(Predict, WholeStepByHand) {
   chain.blocks[1].parameter_grad_bytes = -1;
   EXPECT_THROW(remat::predict(chain, remat::layout_keep_all(3)), c10::ValueError);
 }
+
+}  // namespace cost_model_test
+}  // namespace

@@ -11,6 +11,7 @@
 #include "remat/plan.h"
 
 namespace {
+namespace plan_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::BlockCost;
 using remat::BlockMode;
@@ -278,4 +279,5 @@ TEST(Planner, RejectsBadBudget) {
   }
 }
 
+}  // namespace plan_test
 }  // namespace

@@ -16,6 +16,7 @@
 #include "remat/profile.h"
 
 namespace {
+namespace profile_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 constexpr int64_t kBatch = 256;
 constexpr int64_t kDim = 64;
@@ -242,4 +243,5 @@ TEST(Profile, RejectsBadInput) {
   }
 }
 
+}  // namespace profile_test
 }  // namespace

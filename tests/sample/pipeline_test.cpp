@@ -27,6 +27,7 @@
 
 namespace remat::sample {
 namespace {
+namespace pipeline_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::error_of;
@@ -391,5 +392,6 @@ TEST(LoraSpecTest, ScaleIsATrailingNumber) {
   EXPECT_NE(error_of([] { parse_lora_spec(""); }).find("--lora"), std::string::npos);
 }
 
+}  // namespace pipeline_test
 }  // namespace
 }  // namespace remat::sample

@@ -18,6 +18,7 @@
 
 namespace remat::sample {
 namespace {
+namespace png_file_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_of;
 using remat::testing::TempDir;
@@ -136,5 +137,6 @@ TEST(PngFileTest, ReadingTextOfANonPngOrDamagedFileNamesIt) {
   EXPECT_NE(error_of([&] { read_png_text(dir / "missing.png"); }).find("missing.png"), std::string::npos);
 }
 
+}  // namespace png_file_test
 }  // namespace
 }  // namespace remat::sample

@@ -18,6 +18,7 @@
 
 namespace remat::sample {
 namespace {
+namespace sampler_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_of;
 
@@ -240,5 +241,6 @@ TEST(ToUint8ImageTest, IsChannelsLastAndAcceptsUnbatched) {
   EXPECT_NE(error_of([] { to_uint8_image(torch::zeros({4, 4, 4})); }).find("(3, H, W)"), std::string::npos);
 }
 
+}  // namespace sampler_test
 }  // namespace
 }  // namespace remat::sample

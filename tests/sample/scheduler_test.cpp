@@ -16,6 +16,7 @@
 
 namespace remat::sample {
 namespace {
+namespace scheduler_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::error_of;
 
@@ -197,5 +198,6 @@ TEST(SchedulerTest, BadArgumentsAreRefused) {
   EXPECT_NE(error_of([&] { flow_match_euler_step(x, x, schedule, 2); }).find("step_index"), std::string::npos);
 }
 
+}  // namespace scheduler_test
 }  // namespace
 }  // namespace remat::sample

@@ -9,6 +9,7 @@
 
 namespace remat::train {
 namespace {
+namespace admission_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 TransformerSpec flux(const std::string& flavour) {
   TransformerSpec spec;
@@ -77,5 +78,6 @@ TEST(Admission, RefusesWithBothFiguresAndWhatWouldFit) {
   EXPECT_NO_THROW(admit_model(flux("flux-tiny"), full, at::Device(at::kCPU), int64_t{32} << 20));
 }
 
+}  // namespace admission_test
 }  // namespace
 }  // namespace remat::train

@@ -16,6 +16,7 @@
 
 namespace remat::train {
 namespace {
+namespace auto_layout_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 // A flux-tiny training setup: model (LoRA rank 4 or full), AdamW, a synthetic batch.
 struct FluxTinyRun {
@@ -157,5 +158,6 @@ TEST(BenchmarkLayouts, DefaultListHasTwoAutoBudgetsBetweenTheBounds) {
   EXPECT_NE(std::find(cuda.begin(), cuda.end(), "offload"), cuda.end());
 }
 
+}  // namespace auto_layout_test
 }  // namespace
 }  // namespace remat::train

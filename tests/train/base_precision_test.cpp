@@ -36,6 +36,7 @@
 
 namespace remat::train {
 namespace {
+namespace base_precision_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::quiet_hooks;
@@ -468,5 +469,6 @@ TEST(QuantizedMageFlowTraining, Int8AndNf4BasesTrainThreeStepsCloseToFullPrecisi
   }
 }
 
+}  // namespace base_precision_test
 }  // namespace
 }  // namespace remat::train

@@ -21,6 +21,7 @@
 
 namespace remat::data {
 namespace {
+namespace cache_build_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::TempDir;
@@ -336,5 +337,6 @@ TEST_F(CacheBuild, APictureThatCannotBeDecodedIsReportedNotFatal) {
   EXPECT_FALSE(fs::exists(caches_ / "vae/bad.png.safetensors"));
 }
 
+}  // namespace cache_build_test
 }  // namespace
 }  // namespace remat::data

@@ -13,6 +13,7 @@
 
 namespace remat::train {
 namespace {
+namespace cache_sampler_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::TempDir;
 
@@ -203,5 +204,6 @@ TEST(CacheSampler, BadFilesAndSettingsAreNamed) {
   EXPECT_NE(message.find("empty caption"), std::string::npos) << message;
 }
 
+}  // namespace cache_sampler_test
 }  // namespace
 }  // namespace remat::train

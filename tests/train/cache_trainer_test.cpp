@@ -19,6 +19,7 @@
 
 namespace remat::train {
 namespace {
+namespace cache_trainer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::TempDir;
@@ -188,5 +189,6 @@ TEST_F(CacheTrainer, ClearErrorsForWhatAnImageRunCannotUse) {
   EXPECT_NE(message.find("no usable image"), std::string::npos) << message;
 }
 
+}  // namespace cache_trainer_test
 }  // namespace
 }  // namespace remat::train

@@ -15,6 +15,7 @@
 
 namespace remat::train {
 namespace {
+namespace checkpoint_check_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 
 using remat::testing::error_of;
@@ -155,5 +156,6 @@ TEST(CheckpointCheck, StaleTemporariesAreRemovedOrRestored) {
   EXPECT_TRUE(fs::is_directory(dir.path() / ".other"));
 }
 
+}  // namespace checkpoint_check_test
 }  // namespace
 }  // namespace remat::train

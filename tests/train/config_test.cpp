@@ -12,6 +12,7 @@
 
 namespace remat::train {
 namespace {
+namespace config_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 const Environment kCpu{false};
 const Environment kCuda{true};
@@ -273,5 +274,6 @@ TEST(TrainConfigHelpers, BackendAndScope) {
   EXPECT_EQ(c.lora_alpha_value(), 8.0);
 }
 
+}  // namespace config_test
 }  // namespace
 }  // namespace remat::train

@@ -14,10 +14,12 @@
 #include "remat/train/family.h"
 #include "temp_dir.h"
 
-namespace fs = std::filesystem;
 using remat::train::LatentDataset;
 
 namespace {
+namespace data_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
+
+namespace fs = std::filesystem;
 
 class DataTest : public ::testing::Test {
  protected:
@@ -48,8 +50,6 @@ remat::train::DemoDatasetOptions small_flux() {
   o.pooled_projection_dim = 12;
   return o;
 }
-
-}  // namespace
 
 TEST_F(DataTest, FluxDemoRoundTripsThroughTheDataset) {
   remat::train::DemoDatasetOptions o;  // defaults: 16x16 latents, L = 32, D = 64, P = 32
@@ -278,3 +278,6 @@ TEST_F(DataTest, LatentsAreALinearFunctionOfTheFirstTokenUpToNoise) {
   const auto shuffled = X.index_select(0, torch::randperm(n));
   EXPECT_GT(fit_rms(shuffled, Y), 0.5 * signal) << "pairing must matter";
 }
+
+}  // namespace data_test
+}  // namespace

@@ -21,6 +21,7 @@
 
 namespace remat::train {
 namespace {
+namespace demo_quality_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::TempDir;
 
@@ -157,5 +158,6 @@ TEST_F(DemoQualityData, TrainingMovesTheSamplesTowardsTheTrainingLatents) {
   EXPECT_LT(report.distance_trained, 0.7 * report.distance_untrained);
 }
 
+}  // namespace demo_quality_test
 }  // namespace
 }  // namespace remat::train

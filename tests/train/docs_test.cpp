@@ -11,6 +11,7 @@
 
 namespace remat::train {
 namespace {
+namespace docs_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 std::optional<std::string> read_doc(const std::string& relative) {
   std::ifstream in(remat::testing::source_dir() + "/" + relative, std::ios::binary);
@@ -81,5 +82,6 @@ TEST(Docs, SegmentedCheckpointingGuideExists) {
   }
 }
 
+}  // namespace docs_test
 }  // namespace
 }  // namespace remat::train

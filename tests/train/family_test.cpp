@@ -20,6 +20,7 @@
 
 namespace remat::train {
 namespace {
+namespace family_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 
@@ -202,5 +203,6 @@ TEST(FamilyRegistry, AToyFamilyTrainsThroughTheTrainer) {
   EXPECT_TRUE(weights.contains("transformer.blocks.0.lora_A.weight"));
 }
 
+}  // namespace family_test
 }  // namespace
 }  // namespace remat::train

@@ -14,6 +14,7 @@
 
 namespace remat::train {
 namespace {
+namespace optimizer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 class Optimizers : public ::testing::Test {
  protected:
@@ -271,5 +272,6 @@ TEST_F(Optimizers, StateBytes) {
   EXPECT_EQ(optimizer_state_bytes(OptimizerSettings::defaults_of("optimi-lion", 1e-3), params), 105 * 4);
 }
 
+}  // namespace optimizer_test
 }  // namespace
 }  // namespace remat::train

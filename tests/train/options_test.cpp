@@ -9,6 +9,7 @@
 
 namespace remat::train {
 namespace {
+namespace options_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 const OptionSpec& spec(const std::string& name) {
   const OptionSpec* s = find_option(name);
@@ -316,5 +317,6 @@ TEST(JsonExport, IsADraft202012SchemaWithUiMetadata) {
   EXPECT_EQ(doc["x-remat"]["simpletunerOptions"]["report_to"]["group"], "tracking");
 }
 
+}  // namespace options_test
 }  // namespace
 }  // namespace remat::train

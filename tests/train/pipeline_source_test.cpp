@@ -21,6 +21,7 @@
 
 namespace remat::train {
 namespace {
+namespace pipeline_source_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::quiet_hooks;
 namespace fs = std::filesystem;
@@ -135,5 +136,6 @@ TEST_F(PipelineSourceTest, BadSourcesNameThePathAndWhatWasExpected) {
       << msg;
 }
 
+}  // namespace pipeline_source_test
 }  // namespace
 }  // namespace remat::train

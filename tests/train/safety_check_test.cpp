@@ -5,6 +5,7 @@
 
 namespace remat::train {
 namespace {
+namespace safety_check_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 // A family that supports nothing, and one with chunks but without stride or ffn scope, so the
 // drop/error rows can be exercised through the family table.
@@ -229,5 +230,6 @@ TEST(SafetyCheck, WarningsNameTheirOption) {
   EXPECT_EQ(cpu[0].option, "gradient_checkpointing_backend");
 }
 
+}  // namespace safety_check_test
 }  // namespace
 }  // namespace remat::train

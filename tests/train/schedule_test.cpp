@@ -12,6 +12,7 @@
 
 namespace remat::train {
 namespace {
+namespace schedule_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 constexpr double kPi = 3.14159265358979323846;
 
@@ -170,5 +171,6 @@ TEST(SigmaSampling, MedianMovesAsTheShiftPredicts) {
   EXPECT_THROW(sample_sigmas(4, SigmaSampling::LogitNormal, 1.0, -1.0, gen), ValidationError);
 }
 
+}  // namespace schedule_test
 }  // namespace
 }  // namespace remat::train

@@ -24,6 +24,7 @@
 
 namespace remat::train {
 namespace {
+namespace simpletuner_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 
 const Environment kCpu{false};
@@ -440,5 +441,6 @@ TEST_F(ConfigFormats, JsonAndAnyOtherExtension) {
   }
 }
 
+}  // namespace simpletuner_test
 }  // namespace
 }  // namespace remat::train

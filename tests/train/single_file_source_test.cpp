@@ -23,6 +23,7 @@
 
 namespace remat::train {
 namespace {
+namespace single_file_source_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::quiet_hooks;
 
@@ -96,5 +97,6 @@ TEST_F(SingleFileSourceTest, BadSingleFileSourcesAreNamed) {
   EXPECT_NE(msg.find("missing.safetensors"), std::string::npos) << msg;
 }
 
+}  // namespace single_file_source_test
 }  // namespace
 }  // namespace remat::train

@@ -13,6 +13,7 @@
 
 namespace remat::train {
 namespace {
+namespace startup_checks_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 
 template <class Fn>
@@ -67,5 +68,6 @@ TEST(StartupChecks, DataDirAndOutputFiles) {
   EXPECT_FALSE(fs::exists(dir.path() / "out.json"));
 }
 
+}  // namespace startup_checks_test
 }  // namespace
 }  // namespace remat::train

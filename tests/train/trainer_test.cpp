@@ -21,6 +21,7 @@
 
 namespace remat::train {
 namespace {
+namespace trainer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::quiet_hooks;
 namespace fs = std::filesystem;
@@ -245,11 +246,13 @@ TEST_F(TrainerTest, MissingDataDirectoryIsAValidationError) {
   }
 }
 
+}  // namespace trainer_test
 }  // namespace
 }  // namespace remat::train
 
 namespace remat::train {
 namespace {
+namespace trainer_test {
 
 TEST(MageFlowTraining, TrainsOnPackedBatchesAndSavesPeftLora) {
   remat::testing::TempDir dir("remat_mageflow_train");
@@ -348,5 +351,6 @@ TEST_F(TrainerTest, AutoIntervalNothingFitsStopsWithTheSmallestPeak) {
   }
 }
 
+}  // namespace trainer_test
 }  // namespace
 }  // namespace remat::train

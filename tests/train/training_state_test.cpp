@@ -13,6 +13,7 @@
 
 namespace remat::train {
 namespace {
+namespace training_state_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 
 using remat::testing::TempDir;
@@ -199,5 +200,6 @@ TEST(Progress, PlainLinesWhenNotATerminal) {
   EXPECT_NE(text.find("step 4/4"), std::string::npos);
 }
 
+}  // namespace training_state_test
 }  // namespace
 }  // namespace remat::train

@@ -14,6 +14,7 @@
 
 namespace remat::train {
 namespace {
+namespace validation_images_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::error_of;
@@ -196,5 +197,6 @@ TEST(ValidationGallery, ShowsOneRowPerStepAndOneColumnPerPromptAndResolution) {
   EXPECT_EQ(html.find("notes.txt"), std::string::npos);
 }
 
+}  // namespace validation_images_test
 }  // namespace
 }  // namespace remat::train

@@ -29,6 +29,7 @@
 
 namespace remat::train {
 namespace {
+namespace validation_trainer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 namespace fs = std::filesystem;
 using remat::testing::error_of;
@@ -292,5 +293,6 @@ TEST_F(ValidationTrainer, LoraFormatKohyaWritesTheSameAdapterInKohyasLayout) {
   EXPECT_GT(modules, 0);
 }
 
+}  // namespace validation_trainer_test
 }  // namespace
 }  // namespace remat::train

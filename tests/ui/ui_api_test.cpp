@@ -9,6 +9,7 @@
 #include "test_paths.h"
 
 namespace {
+namespace ui_api_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 using nlohmann::json;
 using remat::testing::body_json;
@@ -218,4 +219,5 @@ TEST_F(UiApiTest, ConfigsAreSavedAtomicallyListedAndLoaded) {
   EXPECT_EQ(not_object->status, 400);
 }
 
+}  // namespace ui_api_test
 }  // namespace

@@ -11,6 +11,7 @@
 #include "flux_tiny_dataset.h"
 
 namespace {
+namespace ui_runs_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 using nlohmann::json;
 using remat::testing::body_json;
@@ -164,4 +165,5 @@ TEST(UiRunsTest, ARunIsStartedStreamedAndStoppedWithItsCheckpointSaved) {
   EXPECT_FALSE(body_json(c.Post(base + "/stop", kUiHeader, "", "application/json"))["stop_sent"].get<bool>());
 }
 
+}  // namespace ui_runs_test
 }  // namespace

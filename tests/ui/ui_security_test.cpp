@@ -12,6 +12,7 @@
 #include "ui_server_fixture.h"
 
 namespace {
+namespace ui_security_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 namespace fs = std::filesystem;
 using nlohmann::json;
 using remat::testing::body_json;
@@ -165,4 +166,5 @@ TEST(UiSecurityTest, PathsAreConfinedToTheWorkspace) {
   EXPECT_EQ(remat::testing::read_file(outside / "config.json"), "{}");
 }
 
+}  // namespace ui_security_test
 }  // namespace

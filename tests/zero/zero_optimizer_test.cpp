@@ -21,6 +21,7 @@
 
 namespace remat::train {
 namespace {
+namespace zero_optimizer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 // The greedy rule restated: each tensor, in order, to a rank whose load is the smallest (the lowest
 // such rank), checked against the loads recomputed here.
@@ -252,5 +253,6 @@ TEST(ZeroMemoryModel, BenchPredictsPerProcessWithAndWithoutZero) {
   EXPECT_FALSE(run_benchmark(o).data_parallel.has_value());
 }
 
+}  // namespace zero_optimizer_test
 }  // namespace
 }  // namespace remat::train

@@ -25,6 +25,7 @@
 #include "test_paths.h"
 
 namespace {
+namespace zero_two_process_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 std::map<std::string, int64_t> read_memory(const std::string& path) {
   std::map<std::string, int64_t> out;
@@ -119,4 +120,5 @@ TEST(ZeroTwoProcesses, WeightsAndStateEqualPlainDataParallel) {
   }
 }
 
+}  // namespace zero_two_process_test
 }  // namespace
