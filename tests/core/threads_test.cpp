@@ -28,14 +28,18 @@ TEST_F(CpuThreadsTest, OneThreadSetsEveryPoolItFinds) {
   const remat::CpuThreads t = remat::set_cpu_threads(1);
   EXPECT_EQ(t.intra_op, 1);
   EXPECT_EQ(at::get_num_threads(), 1);
-  if (!t.blas_name.empty()) EXPECT_EQ(t.blas, 1) << t.blas_name;
+  if (!t.blas_name.empty()) {
+    EXPECT_EQ(t.blas, 1) << t.blas_name;
+  }
   EXPECT_NE(remat::describe(t).find("LibTorch intra-op 1"), std::string::npos) << remat::describe(t);
 }
 
 TEST_F(CpuThreadsTest, ZeroGivesTheBlasLibTorchsCount) {
   const remat::CpuThreads t = remat::set_cpu_threads(0);
   EXPECT_EQ(t.intra_op, at::get_num_threads());
-  if (!t.blas_name.empty()) EXPECT_EQ(t.blas, t.intra_op) << t.blas_name;
+  if (!t.blas_name.empty()) {
+    EXPECT_EQ(t.blas, t.intra_op) << t.blas_name;
+  }
 }
 
 // The work of a step: matrix products (the BLAS) and element-wise kernels (LibTorch's pool).
