@@ -2,15 +2,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
+
+#include "string_helpers.h"
 
 #include "remat/error.h"
 #include "remat/memory.h"
@@ -30,19 +29,7 @@ std::string fixed(double value, int digits) {
 
 std::string signed_percent(double value) { return (value >= 0 ? "+" : "") + fixed(value, 2) + "%"; }
 
-std::string xml_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+using remat::detail::html_escape;
 
 std::string csv_field(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
@@ -179,27 +166,10 @@ std::string benchmark_svg(const BenchmarkReport& report) {
   for (const auto& r : report.records) {
     const double px = x(r.median_step_s), py = y(static_cast<double>(r.peak_bytes));
     out << "<circle cx=\"" << px << "\" cy=\"" << py << "\" r=\"4\" fill=\"#1f77b4\"/>\n";
-    out << "<text x=\"" << px + 6 << "\" y=\"" << py - 6 << "\">" << xml_escape(r.layout) << "</text>\n";
+    out << "<text x=\"" << px + 6 << "\" y=\"" << py - 6 << "\">" << html_escape(r.layout) << "</text>\n";
   }
   out << "</svg>\n";
   return out.str();
-}
-
-void write_file_atomic(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    if (!file) remat::throw_value_error("[bench] cannot write " + temporary + " (directory missing or not writable)");
-    file << text;
-    file.flush();
-    if (!file) remat::throw_value_error("[bench] writing " + temporary + " failed");
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::filesystem::remove(temporary);
-    remat::throw_value_error("[bench] cannot rename " + temporary + " to " + path + ": " + error.message());
-  }
 }
 
 }  // namespace remat::cli

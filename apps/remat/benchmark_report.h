@@ -19,7 +19,5 @@ std::string benchmark_csv(const BenchmarkReport& report);
 /// A self-contained SVG scatter chart: peak memory (y) against step time (x), one labelled point
 /// per layout.
 std::string benchmark_svg(const BenchmarkReport& report);
-/// Writes `text` to `path` through a temporary file and a rename.
-void write_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace remat::cli

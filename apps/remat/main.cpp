@@ -2,6 +2,7 @@
 // Usage: remat <command> [options]; `remat help` lists the commands.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 
 #include <c10/util/Exception.h>
@@ -10,6 +11,7 @@
 #include "command.h"
 #include "remat/build_info.h"
 #include "remat/memory.h"
+#include "remat/out_of_memory.h"
 #include "remat/train/config.h"
 
 namespace remat::cli {
@@ -60,10 +62,28 @@ int main(int argc, char** argv) {
     // Every problem found, one per line, so all can be fixed in one go.
     for (const auto& error : e.errors()) std::cerr << "remat " << name << ": error: " << error.message << "\n";
     return kExitUsage;
-  } catch (const c10::Error& e) {  // bad input (c10::ValueError) and failed checks: remat/error.h
-    std::cerr << "remat " << name << ": error: " << e.what_without_backtrace() << "\n";
-    return kExitUsage;
   } catch (const std::exception& e) {
+    // One rule for what a library throws past every stage that could name it: out of memory is
+    // remat's [memory] error (remat/out_of_memory.h), a filesystem error names its path, and
+    // c10 errors are remat's own convention (remat/error.h). All are exit code 2.
+    if (const auto bytes = remat::memory::failed_allocation_bytes(e)) {
+      try {
+        remat::memory::throw_out_of_memory("`remat " + name + "`", "lower the resolution, batch size or picture size it works on",
+                                           *bytes);
+      } catch (const c10::Error& named) {
+        std::cerr << "remat " << name << ": error: " << named.what_without_backtrace() << "\n";
+      }
+      return kExitUsage;
+    }
+    if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {
+      std::cerr << "remat " << name << ": error: " << error->what_without_backtrace() << "\n";
+      return kExitUsage;
+    }
+    if (const auto* error = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+      std::cerr << "remat " << name << ": error: [filesystem] '" << error->path1().string()
+                << "': " << error->code().message() << "\n";
+      return kExitUsage;
+    }
     std::cerr << "remat " << name << ": error: " << e.what() << "\n";
     return 1;
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include "remat/error.h"
@@ -28,13 +29,34 @@ inline nlohmann::json parse_config_json(const std::string& text, const char* com
     return j;
   } catch (const nlohmann::json::parse_error& e) {
     throw_value_error(std::string("[") + component + "] malformed config JSON: " +
-                      io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+                      io::json_error_excerpt(e));
   }
 }
 
 /// The text of a config file: a regular file (a FIFO would block) of at most kMaxJsonFileBytes.
 inline std::string read_text_file(const std::string& path, const char* component) {
   return io::read_regular_file(path, io::kMaxJsonFileBytes, component, "config file");
+}
+
+/// parse(text of the config file `path`), with `path` in every error parse raises: a message
+/// "[tag] what" becomes "[tag] 'path': what" (messages that already name the path are left
+/// alone). Every config.json reader goes through here, so no message leaves the reader
+/// of a file without its name.
+template <typename Parse>
+auto parse_config_file(const std::string& path, const char* component, Parse&& parse) {
+  const std::string text = read_text_file(path, component);
+  try {
+    return parse(text);
+  } catch (const c10::ValueError& e) {
+    const std::string message = e.what_without_backtrace();
+    if (message.find(path) != std::string::npos) throw;
+    // The path goes right after the message's own tag ("[flux] "), or after one of ours.
+    const size_t close = message.rfind("] ", message.find(' '));
+    if (!message.empty() && message.front() == '[' && close != std::string::npos) {
+      throw_value_error(message.substr(0, close + 2) + "'" + path + "': " + message.substr(close + 2));
+    }
+    throw_value_error(std::string("[") + component + "] '" + path + "': " + message);
+  }
 }
 
 /// Whether `s` looks like JSON text (first non-blank character '{') rather than a path.

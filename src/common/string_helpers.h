@@ -46,4 +46,21 @@ inline std::string join(const std::vector<std::string>& items, std::string_view 
 /// "[2, 3]", as PyTorch prints a shape.
 inline std::string shape_text(c10::IntArrayRef shape) { return c10::str(shape); }
 
+/// `s` safe inside HTML or XML text and quoted attribute values: & < > " ' as entities.
+inline std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace remat::detail

@@ -11,11 +11,15 @@
 #include <set>
 
 #include "caches_internal.h"
+#include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/image_file.h"
 #include "remat/error.h"
+#include "remat/generator_guard.h"
+#include "remat/io/files.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
+#include "remat/out_of_memory.h"
 
 namespace remat::data {
 namespace fs = std::filesystem;
@@ -39,21 +43,6 @@ struct TextJob {
   std::string entry;
 };
 
-class GlobalGeneratorGuard {
- public:
-  GlobalGeneratorGuard() : state_(at::detail::getDefaultCPUGenerator().get_state()) {}
-  ~GlobalGeneratorGuard() {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(state_);
-  }
-  GlobalGeneratorGuard(const GlobalGeneratorGuard&) = delete;
-  GlobalGeneratorGuard& operator=(const GlobalGeneratorGuard&) = delete;
-
- private:
-  at::Tensor state_;
-};
-
 at::ScalarType encoder_dtype(const std::string& name) {
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
   if (name == "fp32" || name == "float32") return at::kFloat;
@@ -61,8 +50,35 @@ at::ScalarType encoder_dtype(const std::string& name) {
 }
 
 void write_entry(const std::string& path, const std::vector<io::NamedTensor>& tensors, const Metadata& metadata) {
-  fs::create_directories(fs::path(path).parent_path());
+  io::make_directories(fs::path(path).parent_path().string(), "cache", "the cache folder");
   io::save_safetensors(path, tensors, metadata);
+}
+
+// Memory admission of the caching phase: the largest picture to encode must fit with the VAE's
+// weights, or the run stops before the VAE loads (at resolution 4096, a VAE whose mid-block
+// attention spans 2048 x 2048 latent pixels wanted 17 GB per chunk of scores).
+void admit_vae_encoding(const encoders::PipelineFolder& folder, const std::vector<ImageJob>& jobs,
+                        const encoders::FluxEncodersOptions& base, bool tiled) {
+  const auto config = encoders::AutoencoderKLConfig::from_file(folder.directory("vae") + "/config.json");
+  const int64_t element_bytes = static_cast<int64_t>(c10::elementSize(base.dtype));
+  const ImageRecord* largest = nullptr;
+  int64_t need = 0;
+  for (const auto& job : jobs) {
+    const auto& c = job.record->crop;
+    const int64_t bytes = encoders::vae_peak_bytes(config, c.width, c.height, element_bytes, tiled);
+    if (bytes > need) need = bytes, largest = job.record;
+  }
+  const int64_t weights = encoders::parameter_count(config) * element_bytes;
+  const int64_t available = memory::available_bytes(base.device) - memory::current_bytes(base.device);
+  if (largest && need + weights > available) {
+    const auto& c = largest->crop;
+    throw_value_error("[memory] caching VAE latents: encoding a " + std::to_string(c.width) + " x " +
+                      std::to_string(c.height) + " picture ('" + largest->path + "') needs about " +
+                      memory::format_bytes(need + weights) + " (the VAE's weights " + memory::format_bytes(weights) +
+                      (tiled ? ", one tile's activations " : ", its activations ") + memory::format_bytes(need) +
+                      "); this machine has " + memory::format_bytes(available) + " available: lower the dataset's "
+                      "resolution" + (tiled ? std::string() : ", or set --vae_enable_tiling"));
+  }
 }
 
 // Decodes, resizes and crops one image as its TrainingCrop says, and encodes it.
@@ -127,6 +143,14 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   }
   text_identity += settings + "|max_length " + std::to_string(options.tokenizer_max_length);
 
+  // Every cache folder is made (or found unusable) before any encoder loads.
+  for (const auto& dataset : datasets) {
+    io::make_directories(dataset.config.cache_dir_vae, "cache", "dataset '" + dataset.config.id + "': cache_dir_vae");
+  }
+  for (const auto& t : backends.text_embeds) {
+    io::make_directories(t.cache_dir, "cache", "text_embeds backend '" + t.id + "': cache_dir");
+  }
+
   CacheReport report;
   // ---- VAE latents ----
   std::vector<ImageJob> image_jobs;
@@ -151,6 +175,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   }
   std::set<std::string> failed;
   if (!image_jobs.empty()) {
+    admit_vae_encoding(folder, image_jobs, base, options.vae_enable_tiling);
     memory::PeakScope peak;
     encoders::FluxEncodersOptions vae_options = base;
     vae_options.load_text = false;
@@ -163,6 +188,13 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
       try {
         latents = encode_record(flux, *job.record, options.seed);
       } catch (const c10::Error& e) {
+        // Out of memory is the run's problem, not the picture's: stop, naming the size and the way out.
+        if (const auto bytes = memory::failed_allocation_bytes(e)) {
+          const auto& c = job.record->crop;
+          memory::throw_out_of_memory(
+              "encoding a " + std::to_string(c.width) + " x " + std::to_string(c.height) + " picture with the VAE",
+              "lower the dataset's resolution, or set --vae_enable_tiling", *bytes);
+        }
         // A picture that cannot be decoded is reported and left out; the run goes on.
         report.problems.push_back(job.record->path + ": " + e.what_without_backtrace());
         failed.insert(job.entry);

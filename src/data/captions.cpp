@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 
 #include "remat/data/image_dataset.h"
+#include "remat/encoders/clip_tokenizer.h"
+#include "utf8.h"
 
 namespace remat::data {
 namespace {
@@ -99,18 +101,30 @@ std::optional<std::string> caption_of(const std::string& image_path, const Image
     return prompt;
   }
   std::vector<std::string> variants;
+  const std::string caption_file = without_extension(image_path) + ".txt";
   if (config.caption_strategy == CaptionStrategy::filename) {
     std::string caption = stem_of(image_path);
     std::replace(caption.begin(), caption.end(), '_', ' ');
     variants.push_back(caption);
   } else {
-    auto read = read_caption_file(without_extension(image_path) + ".txt", problem);
+    auto read = read_caption_file(caption_file, problem);
     if (!read) return std::nullopt;
     variants = std::move(*read);
   }
   std::string caption = variants[variant_key % variants.size()];
   if (config.prepend_instance_prompt) caption = prompt + " " + caption;
   if (strip(caption).empty()) return none("the caption of " + image_path + " is empty");
+  // Checked here, where the file is known, so that a bad caption skips its picture with a warning
+  // naming the file instead of stopping the text encoders mid-run.
+  const std::string source = config.caption_strategy == CaptionStrategy::textfile ? "caption file " + caption_file
+                                                                                   : "the caption of " + image_path;
+  if (const auto bad = remat::detail::invalid_utf8_at(caption)) {
+    return none(source + " is not valid UTF-8 (byte " + std::to_string(*bad) + ")");
+  }
+  if (caption.size() > encoders::kMaxClipCaptionBytes) {
+    return none(source + " holds a caption of " + std::to_string(caption.size()) + " bytes; the text encoders take at most " +
+                std::to_string(encoders::kMaxClipCaptionBytes));
+  }
   return caption;
 }
 

@@ -11,8 +11,10 @@
 #include <map>
 #include <set>
 
+#include <c10/util/StringUtil.h>
 #include <nlohmann/json.hpp>
 
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
@@ -22,11 +24,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
+using remat::detail::join;
 
 // Keys of a local image backend that remat reads. Anything else in an image backend is listed in
 // the one warning (remat does not implement it; the run goes on without it).
@@ -145,6 +143,16 @@ void check_image_values(const BackendReader& r, const ImageDatasetConfig& c) {
     return r.has(key) ? r.at(key) : fallback;
   };
   if (!(c.resolution > 0)) fail("resolution", value_of("resolution", c.resolution), "must be above 0");
+  // Refused, not clamped: 1e308 used to train silently in a 16 x 16 bucket.
+  if (c.resolution_type == ResolutionType::area && c.resolution > kMaxResolutionMegapixels) {
+    fail("resolution", value_of("resolution", c.resolution),
+         "must be at most " + c10::str(kMaxResolutionMegapixels) + " megapixels with resolution_type area");
+  }
+  if (c.resolution_type != ResolutionType::area && c.resolution > kMaxResolutionPixels) {
+    fail("resolution", value_of("resolution", c.resolution),
+         "must be at most " + c10::str(kMaxResolutionPixels) + " pixels with resolution_type " +
+             to_string(c.resolution_type) + " (the largest picture remat decodes is 8192 x 8192)");
+  }
   if (c.resolution_type == ResolutionType::pixel_area && c.resolution != std::floor(c.resolution)) {
     fail("resolution", value_of("resolution", c.resolution),
          "must be a whole number of pixels with resolution_type pixel_area (the edge of a square)");
@@ -264,6 +272,9 @@ ImageDatasetConfig read_image_backend(const BackendReader& r, const std::string&
   // SimpleTuner: `int(repeats) if repeats else 0`; `1.0` for a null or empty probability.
   if (const auto repeats = r.number("repeats")) {
     if (*repeats != std::floor(*repeats)) r.fail("repeats", r.at("repeats"), "must be a whole number");
+    if (!(*repeats >= 0 && *repeats <= static_cast<double>(kMaxRepeats))) {
+      r.fail("repeats", r.at("repeats"), "must be 0 or more and at most " + std::to_string(kMaxRepeats));
+    }
     c.repeats = static_cast<int64_t>(*repeats);
   }
   if (r.has("probability") && !(r.at("probability").is_string() && r.at("probability").get<std::string>().empty())) {
@@ -297,7 +308,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
     doc = Json::parse(text);
   } catch (const Json::exception& e) {
     throw_value_error("[data] data_backend_config must be valid JSON, got '" + path +
-                      "': " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+                      "': " + io::json_error_excerpt(e));
   }
   if (!doc.is_array() || doc.empty()) {
     throw_value_error("[data] " + path + ": a data_backend_config is a JSON list of backends (objects), got " +
@@ -385,8 +396,10 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
   const std::string default_id =
       std::find_if(out.text_embeds.begin(), out.text_embeds.end(), [](const auto& t) { return t.is_default; })->id;
 
-  // Two datasets writing latents into one folder would overwrite each other's entries.
-  std::map<std::string, std::string> vae_dirs;
+  // Two datasets writing latents into one folder would overwrite each other's entries. Folders
+  // are compared by what they resolve to (symlinks, "." and ".."), not by spelling: "x/." and
+  // "a/../x" are the same cache.
+  std::map<std::string, std::string> vae_dirs;  // canonical folder -> backend id
   for (auto& image : out.images) {
     if (image.text_embeds.empty()) {
       image.text_embeds = default_id;
@@ -397,17 +410,20 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
       throw_value_error("[data] " + path + ": backend '" + image.id + "': text_embeds = \"" + image.text_embeds +
                         "\": no enabled text_embeds backend has that id; text_embeds backends: " + join(ids));
     }
-    const auto [it, inserted] = vae_dirs.emplace(image.cache_dir_vae, image.id);
+    const std::string folder = io::canonical_folder(image.cache_dir_vae);
+    const auto [it, inserted] = vae_dirs.emplace(folder, image.id);
     if (!inserted) {
       throw_value_error("[data] " + path + ": backend '" + image.id + "': cache_dir_vae = \"" + image.cache_dir_vae +
-                        "\" is also the VAE cache of backend '" + it->second + "'; each dataset needs its own");
+                        "\" is also the VAE cache of backend '" + it->second + "' (both are '" + folder +
+                        "'); each dataset needs its own");
     }
   }
   for (const auto& t : out.text_embeds) {
-    if (vae_dirs.count(t.cache_dir)) {
+    const std::string folder = io::canonical_folder(t.cache_dir);
+    if (vae_dirs.count(folder)) {
       throw_value_error("[data] " + path + ": backend '" + t.id + "': cache_dir = \"" + t.cache_dir +
-                        "\" is also the VAE cache of backend '" + vae_dirs.at(t.cache_dir) +
-                        "'; text embeddings and latents need separate folders");
+                        "\" is also the VAE cache of backend '" + vae_dirs.at(folder) + "' (both are '" + folder +
+                        "'); text embeddings and latents need separate folders");
     }
   }
   if (!unimplemented.empty()) {

@@ -12,19 +12,18 @@
 
 #include <c10/util/Exception.h>
 
+#include "string_helpers.h"
 #include "remat/data/image_dataset.h"
 #include "remat/encoders/image_file.h"
 #include "remat/error.h"
+#include "utf8.h"
 
 namespace remat::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
+using remat::detail::lower;
 
 std::string extension_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -77,6 +76,12 @@ ScannedDataset scan_image_dataset(const ImageDatasetConfig& config, uint64_t see
                       "' is not a directory");
   }
 
+  if (const auto bad = remat::detail::invalid_utf8_at(config.instance_data_dir)) {
+    throw_value_error("[data] dataset '" + config.id + "': instance_data_dir '" +
+                      remat::detail::printable_utf8(config.instance_data_dir) + "' is not valid UTF-8 (byte " +
+                      std::to_string(*bad) + "); the caches index pictures by name in JSON: rename the folder");
+  }
+
   ScannedDataset out;
   out.config = config;
   std::vector<std::string> pictures, caption_files;  // relative paths
@@ -89,6 +94,11 @@ ScannedDataset scan_image_dataset(const ImageDatasetConfig& config, uint64_t see
     }
     if (!it->is_regular_file(ec)) continue;
     const std::string relative = it->path().lexically_relative(root).generic_string();
+    if (is_image_file_name(relative) && remat::detail::invalid_utf8_at(relative)) {
+      out.skipped.push_back({(root / remat::detail::printable_utf8(relative)).string(),
+                             "the file name is not valid UTF-8 (the caches index pictures by name in JSON): rename it"});
+      continue;
+    }
     if (is_image_file_name(relative)) pictures.push_back(relative);
     else if (extension_of(relative) == ".txt") caption_files.push_back(relative);
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_json.h"
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
@@ -28,16 +29,9 @@ using Json = nlohmann::json;
   throw_value_error(std::string("[vae] ") + origin + ": " + what);
 }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using remat::detail::lower;
 
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
+using remat::detail::join;
 
 std::string join(const std::vector<int64_t>& values) {
   std::string out;
@@ -109,8 +103,13 @@ void check_block_type_count(const Json& j, const char* key, size_t n, const std:
   }
 }
 
-void check_positive(const std::string& origin, const char* key, int64_t value) {
-  if (value < 1) fail(origin, std::string(key) + " must be >= 1, got " + std::to_string(value));
+constexpr int64_t kMaxVaeWidth = 4096;
+
+void check_in_range(const std::string& origin, const char* key, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    fail(origin, std::string(key) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                     std::to_string(value));
+  }
 }
 
 }  // namespace
@@ -149,16 +148,23 @@ AutoencoderKLConfig AutoencoderKLConfig::tiny() {
 }
 
 void AutoencoderKLConfig::validate(const std::string& origin) const {
-  check_positive(origin, "in_channels", in_channels);
-  check_positive(origin, "out_channels", out_channels);
-  check_positive(origin, "layers_per_block", layers_per_block);
-  check_positive(origin, "latent_channels", latent_channels);
-  check_positive(origin, "norm_num_groups", norm_num_groups);
+  // Bounds before anything is built (a config with layers_per_block 100000 built modules until
+  // memory ran out): the largest published AutoencoderKL configs (Flux.1, SD 3, SDXL: widths up to
+  // 512, 2 layers per block, 4 blocks, 16 latent channels, RGB) with a wide margin.
+  check_in_range(origin, "in_channels", in_channels, 1, 16);
+  check_in_range(origin, "out_channels", out_channels, 1, 16);
+  check_in_range(origin, "layers_per_block", layers_per_block, 1, 16);
+  check_in_range(origin, "latent_channels", latent_channels, 1, 256);
+  check_in_range(origin, "norm_num_groups", norm_num_groups, 1, kMaxVaeWidth);
   // 2^(n-1) must stay a sane integer; diffusers' Flux has 4 blocks.
-  if (block_out_channels.empty() || block_out_channels.size() > 16) {
-    fail(origin, "block_out_channels must have 1 to 16 entries, got " + join(block_out_channels));
+  if (block_out_channels.empty() || block_out_channels.size() > 8) {
+    fail(origin, "block_out_channels must have 1 to 8 entries, got " + join(block_out_channels));
   }
   for (int64_t b : block_out_channels) {
+    if (b > kMaxVaeWidth) {
+      fail(origin, "every block_out_channels entry must be at most " + std::to_string(kMaxVaeWidth) + ", got " +
+                       join(block_out_channels));
+    }
     if (b < 1 || b % norm_num_groups != 0) {
       fail(origin, "every block_out_channels entry must be a positive multiple of norm_num_groups (" +
                        std::to_string(norm_num_groups) + "), got " + join(block_out_channels));
@@ -185,7 +191,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
   try {
     j = Json::parse(text);
   } catch (const Json::parse_error& e) {
-    fail(origin, "malformed config JSON: " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+    fail(origin, "malformed config JSON: " + io::json_error_excerpt(e));
   }
   if (!j.is_object()) fail(origin, "config JSON must be an object");
 
@@ -350,6 +356,29 @@ int64_t parameter_count(const AutoencoderKLConfig& config) {
     total += numel;
   }
   return total;
+}
+
+int64_t vae_peak_bytes(const AutoencoderKLConfig& config, int64_t width, int64_t height, int64_t element_bytes,
+                       bool tiled) {
+  config.validate();
+  const double picture = 2.0 * 3 * static_cast<double>(width) * static_cast<double>(height) * 4;
+  double w = static_cast<double>(width), h = static_cast<double>(height);
+  if (tiled) {
+    const double tile = static_cast<double>(config.sample_size.front());
+    w = std::min(w, tile);
+    h = std::min(h, tile);
+  }
+  const double e = static_cast<double>(element_bytes);
+  const double resnet = 4.0 * w * h * static_cast<double>(config.block_out_channels.front()) * e;
+  const double f = static_cast<double>(config.spatial_factor());
+  const double tokens = std::ceil(w / f) * std::ceil(h / f);
+  const double chunk = std::min(tokens, static_cast<double>(kVaeAttentionQueryChunk));
+  const double attention = config.mid_block_add_attention
+                               ? 8.0 * tokens * static_cast<double>(config.block_out_channels.back()) * 4 +
+                                     2.0 * chunk * tokens * 4
+                               : 0.0;
+  const double total = picture + std::max(resnet, attention);
+  return total >= 9.0e18 ? INT64_MAX : static_cast<int64_t>(total);
 }
 
 }  // namespace remat::encoders

@@ -33,7 +33,7 @@ nlohmann::json parse_json_file(const std::string& path) {
     if (!j.is_object()) throw_value_error(file_tag(path) + "must hold a JSON object");
     return j;
   } catch (const nlohmann::json::parse_error& e) {
-    throw_value_error(file_tag(path) + "malformed JSON: " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+    throw_value_error(file_tag(path) + "malformed JSON: " + io::json_error_excerpt(e));
   }
 }
 

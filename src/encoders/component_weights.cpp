@@ -16,12 +16,12 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "string_helpers.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/models/quantized_loading.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
-#include "atomic_text_file.h"
 
 namespace remat::encoders {
 namespace {
@@ -58,11 +58,7 @@ std::vector<std::string> refused_weight_files(const fs::path& dir) {
   return out;
 }
 
-std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
+using remat::detail::join;
 
 // Reads `<base>.safetensors.index.json` into weight_map, checking its shape: an object with a
 // `weight_map` object whose values are plain file names (no directory part: a shard outside the
@@ -75,7 +71,7 @@ std::map<std::string, std::string> read_index(const std::string& path) {
     j = Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw_value_error("[pipeline] shard index '" + path + "' is not valid JSON: " +
-                      io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+                      io::json_error_excerpt(e));
   }
   if (!j.is_object()) {
     throw_value_error("[pipeline] shard index '" + path + "' must be a JSON object, got " + io::json_excerpt(j));
@@ -316,7 +312,7 @@ void save_component(const std::string& component_dir, const torch::nn::Module& m
 
   const fs::path single = dir / (base + ".safetensors");
   const fs::path index = dir / (base + ".safetensors.index.json");
-  write_text_file_atomically((dir / "config.json").string(), config.dump(2) + "\n", "pipeline");
+  io::write_file_atomically((dir / "config.json").string(), config.dump(2) + "\n", "pipeline");
   if (shards.size() == 1) {
     io::save_safetensors(single.string(), shards.front(), {{"format", "pt"}});
     fs::remove(index, ec);
@@ -332,7 +328,7 @@ void save_component(const std::string& component_dir, const torch::nn::Module& m
   }
   Json index_json = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
   // The index goes last: a reader never sees an index naming a shard not yet written.
-  write_text_file_atomically(index.string(), index_json.dump(2) + "\n", "pipeline");
+  io::write_file_atomically(index.string(), index_json.dump(2) + "\n", "pipeline");
   fs::remove(single, ec);
 }
 

@@ -10,8 +10,8 @@
 
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/error.h"
+#include "remat/io/files.h"
 #include "remat/io/safetensors.h"
-#include "atomic_text_file.h"
 
 namespace remat::encoders {
 namespace {
@@ -91,7 +91,7 @@ void write_demo_scheduler(const std::string& component_dir, const DemoPipelineOp
   std::error_code ec;
   fs::create_directories(component_dir, ec);
   if (ec) throw_value_error("[pipeline] cannot create '" + component_dir + "': " + ec.message());
-  write_text_file_atomically((fs::path(component_dir) / "scheduler_config.json").string(),
+  io::write_file_atomically((fs::path(component_dir) / "scheduler_config.json").string(),
                              flux_dev_scheduler_config_json(), "pipeline");
 }
 
@@ -129,7 +129,7 @@ std::vector<std::string> write_demo_pipeline(const std::string& root, const Demo
   }
   // diffusers writes the components in alphabetical order, after the underscore keys.
   for (const auto& [name, value] : entries) index[name] = value;
-  write_text_file_atomically((fs::path(root) / "model_index.json").string(), index.dump(2) + "\n", "pipeline");
+  io::write_file_atomically((fs::path(root) / "model_index.json").string(), index.dump(2) + "\n", "pipeline");
   return written;
 }
 

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "atomic_text_file.h"
 #include "remat/encoders/autoencoder_kl.h"
 #include "remat/encoders/clip_text_model.h"
 #include "remat/encoders/clip_tokenizer.h"
@@ -16,6 +15,7 @@
 #include "remat/encoders/t5_encoder.h"
 #include "remat/encoders/t5_tokenizer.h"
 #include "remat/error.h"
+#include "remat/io/files.h"
 
 namespace remat::encoders {
 namespace {
@@ -107,9 +107,9 @@ void write_demo_tokenizer_2(const std::string& dir, const DemoPipelineOptions&) 
   nlohmann::ordered_json config = {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512},
                                    {"eos_token", "</s>"}, {"pad_token", "<pad>"}, {"unk_token", "<unk>"},
                                    {"extra_ids", 100}};
-  write_text_file_atomically((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n", "pipeline");
+  io::write_file_atomically((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n", "pipeline");
   nlohmann::ordered_json special = {{"eos_token", "</s>"}, {"pad_token", "<pad>"}, {"unk_token", "<unk>"}};
-  write_text_file_atomically((fs::path(dir) / "special_tokens_map.json").string(), special.dump(2) + "\n",
+  io::write_file_atomically((fs::path(dir) / "special_tokens_map.json").string(), special.dump(2) + "\n",
                              "pipeline");
 }
 

@@ -4,7 +4,10 @@
 
 #include <torch/torch.h>
 
+#include "remat/encoders/clip_text_model.h"
+#include "remat/encoders/t5_config.h"
 #include "remat/error.h"
+#include "remat/memory.h"
 
 namespace remat::encoders {
 namespace {
@@ -36,6 +39,39 @@ std::vector<std::string> flux_encoder_components(const FluxEncodersOptions& opti
   return names;
 }
 
+namespace {
+
+// Memory admission of the encoders: their weights, counted from the configs alone, must fit in
+// host memory (they are built there, then moved to the device) before anything is built. FLUX.1's
+// T5-XXL alone is 4.8 billion parameters: 19 GB in float32.
+void admit_encoders(const PipelineFolder& folder, const FluxEncodersOptions& options) {
+  const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype));
+  int64_t need = 0;
+  std::string parts;
+  const auto add = [&](const char* component, int64_t parameters) {
+    need += parameters * element;
+    parts += std::string(parts.empty() ? "" : ", ") + component + " " + memory::format_bytes(parameters * element);
+  };
+  if (options.load_vae) {
+    add("vae", parameter_count(AutoencoderKLConfig::from_file(file_in(folder.directory("vae"), "config.json"))));
+  }
+  if (options.load_text) {
+    add("text_encoder", parameter_count(ClipTextConfig::from_file(file_in(folder.directory("text_encoder"), "config.json"))));
+    add("text_encoder_2", parameter_count(T5Config::from_file(file_in(folder.directory("text_encoder_2"), "config.json"))));
+  }
+  const c10::Device cpu(c10::kCPU);
+  const int64_t available = memory::available_bytes(cpu) - memory::current_bytes(cpu);
+  if (need > available) {
+    throw_value_error("[memory] loading the encoders of '" + folder.root + "' in " + c10::toString(options.dtype) +
+                      " needs " + memory::format_bytes(need) + " for their weights (" + parts + "); this machine has " +
+                      memory::format_bytes(available) + " available" +
+                      (options.dtype == at::kFloat ? std::string(": use bfloat16 (--mixed_precision=bf16, --dtype=bf16)")
+                                                   : std::string()));
+  }
+}
+
+}  // namespace
+
 FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncodersOptions& options) {
   if (options.dtype != at::kFloat && options.dtype != at::kBFloat16) {
     throw_value_error(std::string("[pipeline] encoder dtype must be float32 or bfloat16, got ") +
@@ -45,6 +81,7 @@ FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncoders
     throw_value_error("[pipeline] max_sequence_length (tokenizer_max_length) must be in [1, 4096], got " +
                       std::to_string(options.max_sequence_length));
   }
+  admit_encoders(folder, options);
   FluxEncoders encoders;
   encoders.options_ = options;
   if (options.load_vae) {

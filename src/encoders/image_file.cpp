@@ -75,17 +75,16 @@ void write_png(const std::string& path, const at::Tensor& rgb) {
   if (channels != 1 && channels != 3 && channels != 4) {
     throw_value_error("[image] write_png needs 1, 3 or 4 channels, got " + std::to_string(channels));
   }
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
-  if (stbi_write_png(temporary.c_str(), width, height, channels, picture.data_ptr<uint8_t>(), width * channels) == 0) {
-    std::remove(temporary.c_str());
-    throw_value_error("[image] cannot write '" + path + "' (the folder must exist and be writable)");
+  // Encoded in memory, then written by the one atomic writer (temporary, fsync, rename).
+  std::string encoded;
+  const auto append = [](void* context, void* data, int size) {
+    static_cast<std::string*>(context)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+  };
+  if (stbi_write_png_to_func(append, &encoded, width, height, channels, picture.data_ptr<uint8_t>(),
+                             width * channels) == 0) {
+    throw_value_error("[image] cannot encode '" + path + "' as PNG");
   }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::remove(temporary.c_str());
-    throw_value_error("[image] cannot write '" + path + "': " + error.message());
-  }
+  io::write_file_atomically(path, encoded, "image");
 }
 
 at::Tensor center_crop_to_multiple(const at::Tensor& picture, int64_t multiple) {

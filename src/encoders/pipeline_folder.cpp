@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "string_helpers.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
@@ -60,16 +61,9 @@ bool is_dir(const fs::path& p) {
   return fs::is_directory(p, ec);
 }
 
-std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
-  return out;
-}
+using remat::detail::join;
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+using remat::detail::lower;
 
 Json read_model_index(const std::string& path) {
   const std::string text = io::read_regular_file(path, io::kMaxJsonFileBytes, "pipeline", "model_index.json");
@@ -78,7 +72,7 @@ Json read_model_index(const std::string& path) {
   try {
     j = Json::parse(text);
   } catch (const Json::parse_error& e) {
-    throw_value_error("[pipeline] '" + path + "' is not valid JSON: " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+    throw_value_error("[pipeline] '" + path + "' is not valid JSON: " + io::json_error_excerpt(e));
   }
   if (!j.is_object()) throw_value_error("[pipeline] '" + path + "' must be a JSON object, got " + io::json_excerpt(j));
   const auto cls = j.find("_class_name");

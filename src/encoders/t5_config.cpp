@@ -42,6 +42,17 @@ void check_positive(int64_t value, const char* key) {
   }
 }
 
+// Upper bounds, checked before anything is built (num_layers 100000 built layers until memory
+// ran out): the largest published T5 encoders (t5-v1_1-xxl as in FLUX.1's text_encoder_2: d_model
+// 4096, d_ff 10240, 24 layers, 64 heads; t5-11b: d_ff 65536, 128 heads, d_kv 128; umt5-xxl:
+// vocabulary 256384) with a wide margin.
+void check_at_most(int64_t value, int64_t bound, const char* key) {
+  if (value > bound) {
+    throw_value_error(std::string("[t5] ") + key + " must be at most " + std::to_string(bound) + " (the largest "
+                      "published T5 encoders stay far below), got " + std::to_string(value));
+  }
+}
+
 }  // namespace
 
 void T5Config::derive_activation() {
@@ -71,6 +82,13 @@ void T5Config::validate() const {
   check_positive(d_ff, "d_ff");
   check_positive(num_layers, "num_layers");
   check_positive(num_heads, "num_heads");
+  check_at_most(vocab_size, int64_t{1} << 20, "vocab_size");
+  check_at_most(d_model, 16384, "d_model");
+  check_at_most(d_kv, 1024, "d_kv");
+  check_at_most(d_ff, 262144, "d_ff");
+  check_at_most(num_layers, 128, "num_layers");
+  check_at_most(num_heads, 512, "num_heads");
+  check_at_most(relative_attention_num_buckets, 4096, "relative_attention_num_buckets");
   if (relative_attention_num_buckets < 4) {
     throw_value_error("[t5] relative_attention_num_buckets must be at least 4 (the encoder splits "
                       "them by direction, then into exact and log-spaced halves), got " +

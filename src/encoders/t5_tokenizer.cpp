@@ -1,10 +1,5 @@
 #include "remat/encoders/t5_tokenizer.h"
 
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
-
 #include <c10/util/Exception.h>
 
 #include "remat/error.h"
@@ -232,19 +227,7 @@ void train_tiny_spiece_model(const std::string& output_path, const std::vector<s
       {"minloglevel", "2"},
   };
   const std::string model = detail::train_sentencepiece(flags, corpus.empty() ? builtin_corpus() : corpus);
-  const std::string temp = output_path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream file(temp, std::ios::binary | std::ios::trunc);
-    file.write(model.data(), static_cast<std::streamsize>(model.size()));
-    if (!file.good()) {
-      std::remove(temp.c_str());
-      throw_value_error("[t5-tokenizer] cannot write the trained model to '" + output_path + "'");
-    }
-  }
-  if (std::rename(temp.c_str(), output_path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw_value_error("[t5-tokenizer] cannot write the trained model to '" + output_path + "'");
-  }
+  io::write_file_atomically(output_path, model, kT5TokenizerComponent);
 }
 
 }  // namespace remat::encoders

@@ -55,4 +55,21 @@ void write_file_atomically(const std::string& path, const std::string& bytes, co
   }
 }
 
+std::vector<std::string> remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path dest(path);
+  const fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
+  const std::string prefix = "." + dest.filename().string() + ".tmp.";
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    // Exactly write_file_atomically's names for this destination: the prefix and mkstemp's six.
+    if (name.size() != prefix.size() + 6 || name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::error_code e;
+    if (entry.is_regular_file(e) && fs::remove(entry.path(), e)) removed.push_back(entry.path().string());
+  }
+  return removed;
+}
+
 }  // namespace remat::io

@@ -3,6 +3,8 @@
 
 #include "remat/error.h"
 
+#include "utf8.h"
+
 namespace remat::io {
 
 void check_json_text(std::string_view text, uint64_t max_bytes, const std::string& where) {
@@ -34,8 +36,19 @@ void check_json_text(std::string_view text, uint64_t max_bytes, const std::strin
 }
 
 std::string text_excerpt(std::string_view text, size_t max_chars) {
-  if (text.size() <= max_chars) return std::string(text);
-  return std::string(text.substr(0, max_chars)) + "... (" + std::to_string(text.size()) + " bytes)";
+  // Bytes that are not UTF-8 are written as \xHH: an excerpt is quoted through nlohmann::json,
+  // whose dump() throws type_error 316 on them (a garbage tokenizer file must be named, not that).
+  if (text.size() <= max_chars) return remat::detail::printable_utf8(text);
+  return remat::detail::printable_utf8(text.substr(0, max_chars)) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
+std::string json_error_excerpt(const std::exception& e, size_t max_chars) {
+  std::string_view text = e.what();
+  if (text.rfind("[json.exception.", 0) == 0) {
+    const size_t close = text.find("] ");
+    if (close != std::string_view::npos) text.remove_prefix(close + 2);
+  }
+  return text_excerpt(text, max_chars);
 }
 
 }  // namespace remat::io

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "remat/error.h"
 
@@ -70,6 +71,36 @@ std::string read_regular_file(const std::string& path, uint64_t max_bytes, const
   }
   text.resize(done);
   return text;
+}
+
+std::string canonical_folder(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return fs::path(path).lexically_normal().string();
+  fs::path resolved = fs::weakly_canonical(absolute, ec);
+  if (ec) resolved = absolute.lexically_normal();
+  std::string out = resolved.string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();  // "x/" and "x" are one folder
+  return out;
+}
+
+void make_directories(const std::string& path, const std::string& component, const std::string& what) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (!ec && fs::is_directory(path, ec)) return;
+  const std::string head = "[" + component + "] " + what + " '" + path + "' cannot be created: ";
+  // The nearest part of the path that exists but is not a directory is the usual cause.
+  for (fs::path p = fs::path(path).lexically_normal(); !p.empty() && p != p.root_path(); p = p.parent_path()) {
+    std::error_code e;
+    const auto status = fs::status(p, e);
+    if (!e && fs::exists(status) && !fs::is_directory(status)) {
+      throw_value_error(head + "'" + p.string() + "' is a file, not a directory");
+    }
+    if (p.parent_path() == p) break;
+  }
+  throw_value_error(head + (ec ? ec.message() : std::string("it is not a directory")));
 }
 
 }  // namespace remat::io

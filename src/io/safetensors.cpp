@@ -3,6 +3,7 @@
 #include "remat/io/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -10,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "mapped_file.h"
 #include "safetensors_impl.h"
@@ -234,7 +236,7 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     header = Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "[safetensors] '", path, "': header (", header_len,
-                " bytes) is not valid JSON: ", text_excerpt(e.what(), 2 * kExcerptChars));
+                " bytes) is not valid JSON: ", json_error_excerpt(e));
   }
   TORCH_CHECK(header.is_object(), "[safetensors] '", path,
               "': header must be a JSON object of tensor entries, got a JSON ", header.type_name());
@@ -294,6 +296,26 @@ at::Tensor SafetensorsFile::tensor(const std::string& name, at::ScalarType targe
   // A conversion always allocates, so it reads straight from the mapping (view() itself falls
   // back to an aligned copy when the bytes are misaligned).
   return view(name).to(target);
+}
+
+}  // namespace remat::io
+
+namespace remat::io {
+
+void require_finite(const at::Tensor& tensor, const std::string& component, const std::string& file,
+                    const std::string& name) {
+  if (!tensor.defined() || !at::isFloatingType(tensor.scalar_type()) || tensor.numel() == 0) return;
+  // The sum is finite only when every element is (NaN and inf propagate; inf - inf is NaN), and
+  // it allocates nothing of the tensor's size: loading stays zero-copy. Only a sum that is not
+  // finite (a bad value, or finite values whose sum overflows) pays for the exact element check.
+  if (std::isfinite(tensor.sum().item<double>())) return;
+  if (at::isfinite(tensor).all().item<bool>()) return;
+  const at::Tensor bad = at::logical_not(at::isfinite(tensor)).flatten();
+  const int64_t count = bad.sum().item<int64_t>();
+  const int64_t first = bad.nonzero().flatten()[0].item<int64_t>();
+  throw_value_error("[" + component + "] '" + file + "': tensor '" + name + "' holds " + std::to_string(count) +
+                    " non-finite value(s) (NaN or inf), the first at flat index " + std::to_string(first) +
+                    "; a NaN turns everything computed from it NaN: use a finite file");
 }
 
 }  // namespace remat::io

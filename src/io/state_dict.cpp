@@ -120,6 +120,7 @@ LoadReport load_state_dict_into(torch::nn::Module& module,
   for (const auto& copy : copies) {
     // copy_ converts dtype and device in one pass, reading straight from the mapping.
     copy.destination.copy_(copy.file->view(copy.file_key));
+    require_finite(copy.destination, "load_state_dict", copy.file->path(), copy.file_key);
   }
   return report;
 }

@@ -122,7 +122,7 @@ FluxConfig FluxConfig::from_json_string(const std::string& json) {
 }
 
 FluxConfig FluxConfig::from_json_file(const std::string& path) {
-  return from_json_string(remat::detail::read_text_file(path, kFluxComponent));
+  return remat::detail::parse_config_file(path, kFluxComponent, [](const std::string& text) { return from_json_string(text); });
 }
 
 FluxConfig FluxConfig::from_json(const std::string& path_or_json) {

@@ -256,7 +256,9 @@ void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& 
   torch::NoGradGuard no_grad;
   for (const auto& t : table) {
     const std::string key = layout.prefix + t.bfl_key;
-    copy_bfl_tensor(t, owner.at(key)->view(key), params, awaiting);
+    const at::Tensor source = owner.at(key)->view(key);
+    io::require_finite(source, "flux", owner.at(key)->path(), key);
+    copy_bfl_tensor(t, source, params, awaiting);
   }
 }
 

@@ -1,4 +1,5 @@
 #include "remat/models/lora.h"
+#include "string_helpers.h"
 #include "remat/error.h"
 
 #include <stdexcept>
@@ -11,11 +12,7 @@ namespace remat::models {
 
 namespace {
 
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
+using remat::detail::join;
 
 bool is_lora_key(const std::string& name) {
   return name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos;

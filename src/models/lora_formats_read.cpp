@@ -87,7 +87,9 @@ class Reader {
     used_.insert(key);
     const auto& info = file_.info(key);
     if (!at::isFloatingType(info.dtype)) fail("key " + key + " must be a floating tensor, is " + c10::toString(info.dtype));
-    return file_.tensor(key, at::kFloat);
+    at::Tensor t = file_.tensor(key, at::kFloat);
+    io::require_finite(t, "lora", file_.path(), key);
+    return t;
   }
   bool has(const std::string& key) const { return file_.contains(key); }
 

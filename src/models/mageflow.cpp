@@ -138,7 +138,7 @@ MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
 }
 
 MageFlowConfig MageFlowConfig::from_json_file(const std::string& path) {
-  return from_json_string(remat::detail::read_text_file(path, kMageFlowComponent));
+  return remat::detail::parse_config_file(path, kMageFlowComponent, [](const std::string& text) { return from_json_string(text); });
 }
 
 MageFlowConfig MageFlowConfig::from_json(const std::string& path_or_json) {

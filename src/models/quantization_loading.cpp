@@ -62,7 +62,12 @@ void load_state_dict_quantizing(torch::nn::Module& module, const std::vector<io:
   options.key_filter = [&awaiting](const std::string& key) { return awaiting.count(key) == 0; };
   io::load_state_dict_into(module, files, options);
   torch::NoGradGuard no_grad;
-  for (const auto& entry : awaiting) entry.second->load_awaited_weight(owner.at(entry.first)->view(entry.first));
+  for (const auto& entry : awaiting) {
+    const io::SafetensorsFile& file = *owner.at(entry.first);
+    const at::Tensor source = file.view(entry.first);
+    io::require_finite(source, "quant", file.path(), entry.first);  // quantising would hide a NaN in a scale
+    entry.second->load_awaited_weight(source);
+  }
 }
 
 namespace {

@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "remat/build_info.h"
 #include "remat/duration.h"
 #include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/encoders/clip_text_model.h"
@@ -18,6 +19,7 @@
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/encoders/t5_config.h"
 #include "remat/error.h"
+#include "remat/memory.h"
 #include "remat/sample/scheduler.h"
 
 namespace remat::sample {
@@ -79,6 +81,40 @@ PromptEmbeddings to_embeddings(const encoders::FluxPromptEmbeddings& e) {
   return {e.prompt_embeds, e.pooled_prompt_embeds};
 }
 
+// Memory admission of sampling, before any model loads: the largest transient of each stage must
+// fit what the device has. Denoising without a fused attention kernel (LibTorch < 2.0) holds
+// one block's score matrix and its softmax (heads x tokens^2 in float32); decoding holds
+// encoders::vae_peak_bytes. (--width 16384 wanted 160 GB in one allocation before.)
+void admit_sampling(const PipelineOptions& options, const std::vector<SampleRequest>& requests,
+                    const models::FluxConfig& config, const encoders::AutoencoderKLConfig& vae) {
+  const int64_t available = memory::available_bytes(options.device) - memory::current_bytes(options.device);
+  const int64_t element_bytes = static_cast<int64_t>(c10::elementSize(options.dtype));
+  for (const auto& r : requests) {
+    const auto& s = r.settings;
+    const std::string size = std::to_string(s.width) + " x " + std::to_string(s.height);
+    const bool tiled = options.vae_tiling_above == 0 || std::max(s.width, s.height) > options.vae_tiling_above;
+    const int64_t decode = encoders::vae_peak_bytes(vae, s.width, s.height, element_bytes, tiled);
+    if (decode > available) {
+      throw_value_error("[memory] decoding a " + size + " picture needs about " + memory::format_bytes(decode) +
+                        "; this machine has " + memory::format_bytes(available) +
+                        " available: lower --width/--height or --vae_tiling_above");
+    }
+    if (!build_info().fused_attention) {
+      const double tokens = static_cast<double>(s.width / 16) * static_cast<double>(s.height / 16) +
+                            static_cast<double>(options.max_sequence_length);
+      const double scores = 2.0 * static_cast<double>(config.num_attention_heads) * tokens * tokens * 4;
+      if (scores > static_cast<double>(available)) {
+        throw_value_error("[memory] denoising a " + size + " picture needs about " +
+                          memory::format_bytes(scores >= 9e18 ? INT64_MAX : static_cast<int64_t>(scores)) +
+                          " for one attention's scores (" + std::to_string(config.num_attention_heads) + " heads x " +
+                          std::to_string(static_cast<int64_t>(tokens)) + "^2 tokens, float32, without LibTorch "
+                          "2.0's fused attention); this machine has " + memory::format_bytes(available) +
+                          " available: lower --width/--height");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void check_requests(const std::vector<SampleRequest>& requests) {
@@ -91,10 +127,14 @@ void check_requests(const std::vector<SampleRequest>& requests) {
         throw_value_error(std::string("[sample] ") + name + " must be a positive multiple of 16, got " +
                           std::to_string(value) + which);
       }
+      if (value > kMaxSampleSide) {
+        throw_value_error(std::string("[sample] ") + name + " must be at most " + std::to_string(kMaxSampleSide) +
+                          " pixels, got " + std::to_string(value) + which);
+      }
     }
-    if (s.num_inference_steps < 1) {
-      throw_value_error("[sample] num_inference_steps must be >= 1, got " + std::to_string(s.num_inference_steps) +
-                        which);
+    if (s.num_inference_steps < 1 || s.num_inference_steps > kMaxInferenceSteps) {
+      throw_value_error("[sample] num_inference_steps must be in [1, " + std::to_string(kMaxInferenceSteps) +
+                        "], got " + std::to_string(s.num_inference_steps) + which);
     }
     if (!std::isfinite(s.guidance_scale) || !std::isfinite(s.true_cfg_scale)) {
       throw_value_error("[sample] guidance_scale and true_cfg_scale must be finite numbers" + which);
@@ -125,6 +165,7 @@ std::vector<at::Tensor> run_pipeline(const PipelineOptions& options, const std::
   const auto config = models::FluxConfig::from_json_file(file_in(transformer_dir, "config.json"));
   const auto vae_config = encoders::AutoencoderKLConfig::from_file(file_in(folder.directory("vae"), "config.json"));
   check_components_fit(folder, config, vae_config);
+  admit_sampling(options, requests, config, vae_config);
   const int64_t vae_scale_factor = int64_t{1} << (vae_config.block_out_channels.size() - 1);
   std::vector<SampleRequest> sized = requests;  // the latent grid follows this folder's VAE
   for (size_t i = 0; i < sized.size(); ++i) {
@@ -214,7 +255,16 @@ std::vector<at::Tensor> run_pipeline(const PipelineOptions& options, const std::
     {
       torch::NoGradGuard no_grad;
       const at::Tensor z = vae->from_transformer_latents(latents[i].unsqueeze(0).to(options.device, options.dtype));
-      pixels = to_uint8_image(vae->decode(z));
+      const at::Tensor decoded = vae->decode(z);
+      // to_uint8_image would write NaN as black: a picture of nothing, and exit 0.
+      if (!at::isfinite(decoded).all().item<bool>()) {
+        const bool latents_finite = at::isfinite(z).all().item<bool>();
+        throw_value_error("[sample] picture " + std::to_string(i + 1) + " came out NaN or inf " +
+                          (latents_finite ? std::string("in the VAE's decode (vae/ weights)")
+                                          : std::string("in denoising (the transformer's weights or a LoRA)")) +
+                          "; nothing is written");
+      }
+      pixels = to_uint8_image(decoded);
     }
     latents[i] = at::Tensor();
     stages.end("decoded picture " + std::to_string(i + 1));

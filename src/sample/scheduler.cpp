@@ -143,7 +143,8 @@ FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_string(const std::s
 }
 
 FlowMatchSchedulerConfig FlowMatchSchedulerConfig::from_json_file(const std::string& path) {
-  return parse(remat::detail::read_text_file(path, kComponent), "'" + path + "'");
+  return remat::detail::parse_config_file(path, kComponent,
+                                          [&](const std::string& text) { return parse(text, "'" + path + "'"); });
 }
 
 FlowMatchSchedulerConfig FlowMatchSchedulerConfig::flux_dev() {

@@ -46,7 +46,7 @@ TrainingPosition read_training_position(const std::string& state_path, std::map<
     state = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK_VALUE(false, "[checkpoint] '", state_path, "' is not a valid state file: ",
-                      io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+                      io::json_error_excerpt(e));
   }
   TORCH_CHECK_VALUE(state.is_object(), "[checkpoint] '", state_path, "' must hold a JSON object, got a ",
                     state.type_name());

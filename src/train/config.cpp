@@ -142,7 +142,7 @@ OptionValues read_config_json_text(const std::string& text, const std::string& p
   } catch (const nlohmann::json::exception& e) {
     throw ValidationError("config", path,
                           "[train] config must be valid JSON, got '" + path +
-                              "': " + io::text_excerpt(e.what(), 2 * io::kExcerptChars));
+                              "': " + io::json_error_excerpt(e));
   }
   if (!doc.is_object()) {
     throw ValidationError("config", path,

@@ -141,6 +141,7 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
   options.dtype = config.mixed_precision == "bf16" ? "bf16" : "fp32";
   options.device = at::Device(config.device);  // resolved by load_train_config ("auto" -> cpu / cuda)
   options.tokenizer_max_length = config.tokenizer_max_length;
+  options.vae_enable_tiling = config.vae_enable_tiling;
   options.seed = static_cast<uint64_t>(config.seed.value_or(0));
   options.log = log;
   options.terminal = terminal;

@@ -8,12 +8,17 @@
 #include <optional>
 
 #include "string_helpers.h"
+#include "remat/data/dataset_config.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/train/data.h"
 
 namespace remat::train {
 namespace {
+
+using data::kMaxRepeats;
+// Every occurrence of an epoch is listed (MultiDataset::epoch): a hundred million is ~1 GB of lists.
+constexpr int64_t kMaxOccurrencesPerEpoch = 100'000'000;
 
 using remat::detail::shape_text;
 
@@ -88,8 +93,15 @@ MultiDataset MultiDataset::open(std::vector<PairedDatasetSpec> datasets, const s
   for (const auto& spec : datasets) {
     const std::string& id = spec.id;
     if (spec.samples.empty()) throw_value_error("[MultiDataset] dataset '" + id + "' has no samples");
-    if (spec.repeats < 0) {
-      throw_value_error("[MultiDataset] dataset '" + id + "': repeats must be >= 0, got " + std::to_string(spec.repeats));
+    if (spec.repeats < 0 || spec.repeats > kMaxRepeats) {
+      throw_value_error("[MultiDataset] dataset '" + id + "': repeats must be in [0, " + std::to_string(kMaxRepeats) +
+                        "], got " + std::to_string(spec.repeats));
+    }
+    // An epoch lists every occurrence; bounded so that it is a list, not an allocation failure.
+    if (static_cast<int64_t>(spec.samples.size()) * (spec.repeats + 1) > kMaxOccurrencesPerEpoch) {
+      throw_value_error("[MultiDataset] dataset '" + id + "': " + std::to_string(spec.samples.size()) +
+                        " sample(s) x (repeats " + std::to_string(spec.repeats) + " + 1) is more than " +
+                        std::to_string(kMaxOccurrencesPerEpoch) + " samples in one epoch; lower repeats");
     }
     if (!(spec.probability >= 0) || !std::isfinite(spec.probability)) {
       throw_value_error("[MultiDataset] dataset '" + id + "': probability must be a number >= 0, got " +

@@ -350,7 +350,8 @@ std::vector<OptionSpec> build_registry() {
                "not implement are listed in one warning; backend types other than local (aws, csv, "
                "huggingface, ...) and values remat does not support "
                "are errors before any model loads. See docs/YOUR_DATA.md and SimpleTuner's "
-               "DATALOADER.md."));
+               "documentation/DATALOADER.md (https://github.com/bghira/SimpleTuner/blob/main/documentation/"
+               "DATALOADER.md)."));
   add(Opt(kData, "cache_dir", T::Path, bind_field(&C::cache_dir),
           "Where VAE latents and text embeddings are cached, unless a dataset names its own "
           "(cache_dir_vae, a text_embeds cache_dir)")
@@ -397,6 +398,13 @@ std::vector<OptionSpec> build_registry() {
                "megapixel."));
   // crop, crop_style and crop_aspect are dataset keys in SimpleTuner (no global flag); remat also
   // takes them as options, the defaults of --instance_data_dir and of every dataset.
+  add(Opt(kData, "vae_enable_tiling", T::Bool, bind_field(&C::vae_enable_tiling),
+          "Encode pictures for the latent cache in overlapping tiles (diffusers' enable_tiling): bounded "
+          "memory for large pictures")
+      .tooltip("The VAE's activations are those of one tile of vae/config.json's sample_size pixels "
+               "instead of the whole picture; the latents differ slightly at the seams (blended), so "
+               "the cache is keyed on it. remat caches only what its memory model says fits, and "
+               "suggests this option when a picture does not."));
   add(Opt(kData, "crop", T::Bool, bind_field(&C::crop),
           "Crop images to their bucket from a larger resize (crop_style, crop_aspect); without it, "
           "images are resized to cover their bucket and the overhang is cut the same way")

@@ -122,6 +122,8 @@ class Trainer {
   void plan_checkpointing();
   void train_step(int64_t step);
   void flush_records(TrainResult& result, MetricsWriter* metrics, ProgressReporter& progress);
+  void stop_if_not_finite(const StepRecord& record, const TrainResult& result) const;
+  std::string latest_checkpoint_text() const;
   /// Advances to the run's next batch; loads it (with its noise seed) when `load`.
   std::optional<Batch> next_batch(bool load);
   void setup_image_data();
@@ -588,8 +590,35 @@ void Trainer::flush_records(TrainResult& result, MetricsWriter* metrics, Progres
     if (main_rank()) progress.update(p.record);
     result.records.push_back(p.record);
     if (hooks_.on_step) hooks_.on_step(p.record);
+    stop_if_not_finite(p.record, result);
   }
   pending_.clear();
+}
+
+// Note [Non-finite loss]
+// A NaN or inf loss (or gradient norm) has already reached the weights through the optimizer
+// step, so the run stops here, before anything else is written: no checkpoint or weights file
+// after it, and the last checkpoint written (always after a flush that found every step finite)
+// holds finite weights to resume from. Every rank computes the same loss sum, so all stop alike.
+void Trainer::stop_if_not_finite(const StepRecord& record, const TrainResult& result) const {
+  if (std::isfinite(record.loss) && std::isfinite(record.grad_norm)) return;
+  const std::string checkpoint = result.last_checkpoint.empty()
+                                     ? latest_checkpoint_text()
+                                     : "the last checkpoint, " + result.last_checkpoint + ",";
+  const auto text = [](double v) {
+    return std::isnan(v) ? std::string("NaN") : std::isinf(v) ? std::string(v > 0 ? "inf" : "-inf") : render_number(v);
+  };
+  throw_value_error("[train] step " + std::to_string(record.step) + ": the loss is " + text(record.loss) +
+                    " and the gradient norm " + text(record.grad_norm) +
+                    ": training diverged or its inputs hold NaN/inf, so the run stops without writing anything more; " +
+                    checkpoint + " holds finite weights. Lower --learning_rate (or set --max_grad_norm), check the "
+                    "data, then resume with --resume_from_checkpoint=latest");
+}
+
+std::string Trainer::latest_checkpoint_text() const {
+  const auto found = list_training_checkpoints(config_.output_dir);
+  return found.empty() ? std::string("no checkpoint of this run was written, so none")
+                       : "the last checkpoint, " + found.back() + ",";
 }
 
 // Rank 0 writes (atomically: a temporary directory renamed); the others wait at the barrier, so

@@ -96,7 +96,10 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path) {
   const auto read_all = [&](const char* file) {
     const auto st = io::SafetensorsFile::open((dir / file).string());
     std::vector<io::NamedTensor> tensors;
-    for (const auto& name : st.names()) tensors.emplace_back(name, st.tensor(name));
+    for (const auto& name : st.names()) {
+      tensors.emplace_back(name, st.tensor(name));
+      io::require_finite(tensors.back().second, "checkpoint", st.path(), name);
+    }
     return tensors;
   };
   checkpoint.trainable = read_all("trainable.safetensors");
@@ -174,7 +177,17 @@ std::vector<std::string> prune_training_checkpoints(const std::string& output_di
   if (total_limit <= 0) return removed;
   auto all = list_training_checkpoints(output_dir);
   while (static_cast<int64_t>(all.size()) > total_limit) {
-    fs::remove_all(all.front());
+    // Renamed out of the way first (one atomic rename(2)), then deleted: a kill -9 during the
+    // deletion leaves a temporary that the next run removes, never a checkpoint-N that still has
+    // its state.json but lost its weights.
+    const fs::path doomed = fs::path(all.front());
+    const fs::path aside = doomed.parent_path() / (kTmpPrefix + ("pruned-" + doomed.filename().string()));
+    std::error_code ec;
+    fs::remove_all(aside, ec);  // left by an earlier kill
+    fs::rename(doomed, aside, ec);
+    TORCH_CHECK_VALUE(!ec, "[checkpoint] cannot move the old checkpoint '", doomed.string(), "' aside to delete it: ",
+                      ec.message());
+    fs::remove_all(aside, ec);
     removed.push_back(all.front());
     all.erase(all.begin());
   }

@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "string_helpers.h"
 #include "remat/io/files.h"
 #include "remat/train/validation_images.h"
 
@@ -16,20 +17,7 @@ namespace remat::train {
 namespace {
 namespace fs = std::filesystem;
 
-std::string escape_html(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+using remat::detail::html_escape;
 
 // A file name in an href: the names are ours (digits, the shortname, "x"), but a shortname may
 // hold spaces, '#', '?' or '%', which a URL reads otherwise.
@@ -93,8 +81,8 @@ void write_validation_gallery(const std::string& dir, const std::vector<Validati
       "Click a picture for full size.</p>\n<table>\n<tr><th>step</th>";
   for (const auto& c : columns) {
     const std::string prompt = c.prompt_rank < static_cast<int>(prompts.size()) ? prompts[c.prompt_rank].prompt : "";
-    html += "<th>" + escape_html(c.shortname) + " #" + std::to_string(c.index) + "<br>" + escape_html(c.resolution) +
-            "<div class=\"prompt\">" + (prompt.empty() ? std::string("(empty prompt)") : escape_html(prompt)) +
+    html += "<th>" + html_escape(c.shortname) + " #" + std::to_string(c.index) + "<br>" + html_escape(c.resolution) +
+            "<div class=\"prompt\">" + (prompt.empty() ? std::string("(empty prompt)") : html_escape(prompt)) +
             "</div></th>";
   }
   html += "</tr>\n";
@@ -107,8 +95,8 @@ void write_validation_gallery(const std::string& dir, const std::vector<Validati
         continue;
       }
       const std::string href = escape_href(it->second);
-      html += "<td><a href=\"" + href + "\"><img src=\"" + href + "\" alt=\"" + escape_html(it->second) +
-              "\" title=\"" + escape_html(it->second) + "\"></a></td>";
+      html += "<td><a href=\"" + href + "\"><img src=\"" + href + "\" alt=\"" + html_escape(it->second) +
+              "\" title=\"" + html_escape(it->second) + "\"></a></td>";
     }
     html += "</tr>\n";
   }

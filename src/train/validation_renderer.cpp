@@ -14,6 +14,7 @@
 #include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/pipeline_folder.h"
+#include "remat/generator_guard.h"
 #include "remat/memory.h"
 #include "remat/models/flux.h"
 #include "remat/sample/png_file.h"
@@ -28,21 +29,6 @@ namespace {
 // Loading an encoder initialises its modules from the global CPU generator before the weights
 // replace them; the training run saves that generator in its checkpoints, so it must come out of
 // validation as it went in.
-class GlobalGeneratorGuard {
- public:
-  GlobalGeneratorGuard() : state_(at::detail::getDefaultCPUGenerator().get_state()) {}
-  ~GlobalGeneratorGuard() {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(state_);
-  }
-  GlobalGeneratorGuard(const GlobalGeneratorGuard&) = delete;
-  GlobalGeneratorGuard& operator=(const GlobalGeneratorGuard&) = delete;
-
- private:
-  at::Tensor state_;
-};
-
 // Eval mode for the lifetime of the guard, then the mode the module had (training).
 class EvalMode {
  public:

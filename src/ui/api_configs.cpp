@@ -19,7 +19,7 @@ nlohmann::json read_json_file(const std::string& path) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw_value_error("[ui] '" + path + "' must be valid JSON: " + io::text_excerpt(e.what()));
+    throw_value_error("[ui] '" + path + "' must be valid JSON: " + io::json_error_excerpt(e));
   }
 }
 

@@ -22,7 +22,7 @@ nlohmann::json parse_json_body(const httplib::Request& req) {
   try {
     body = nlohmann::json::parse(req.body);
   } catch (const nlohmann::json::exception& e) {
-    throw_value_error("[ui] the request body must be JSON, got: " + io::text_excerpt(e.what()));
+    throw_value_error("[ui] the request body must be JSON, got: " + io::json_error_excerpt(e));
   }
   if (!body.is_object()) {
     throw_value_error("[ui] the request body must be a JSON object, got a " + std::string(body.type_name()));

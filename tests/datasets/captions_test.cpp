@@ -66,6 +66,23 @@ TEST(Captions, TextfileMissingOrEmptyHasNoCaption) {
   EXPECT_NE(problem.find("empty"), std::string::npos) << problem;
 }
 
+// A caption the text encoders would refuse (over 16384 bytes, not UTF-8) skips its picture with
+// the caption file named, as docs/YOUR_DATA.md says; it stopped the whole run in the encoder before.
+TEST(Captions, CaptionsTheEncodersRefuseSkipThePictureNamingTheFile) {
+  testing::TempDir dir;
+  const auto c = with_strategy(CaptionStrategy::textfile);
+  std::string problem;
+  write(dir / "long.txt", std::string(20000, 'x'));
+  EXPECT_FALSE(caption_of(dir / "long.png", c, 0, &problem).has_value());
+  EXPECT_EQ(problem, "caption file " + (dir / "long.txt") + " holds a caption of 20000 bytes; the text encoders take "
+                     "at most 16384");
+  write(dir / "latin1.txt", "caf\xe9 au lait");
+  EXPECT_FALSE(caption_of(dir / "latin1.png", c, 0, &problem).has_value());
+  EXPECT_EQ(problem, "caption file " + (dir / "latin1.txt") + " is not valid UTF-8 (byte 3)");
+  write(dir / "exact.txt", std::string(16384, 'x'));  // the bound itself is a caption
+  EXPECT_EQ(caption(dir / "exact.png", c).size(), 16384u);
+}
+
 TEST(Captions, InstancePromptIsStripped) {
   auto c = with_strategy(CaptionStrategy::instanceprompt);
   c.instance_prompt = "  sks dog \n";

@@ -2,6 +2,7 @@
 // helpers/data_backend/factory.py, config/image.py, config/validators.py), every error naming the
 // file, the backend id, the key, the value and what is supported; one warning for every key
 // remat does not implement.
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -210,6 +211,26 @@ TEST_F(DatasetConfig, TextEmbedsRules) {
                   {"'img'", "text_embeds", "\"missing\"", "t1"});
 }
 
+// Two spellings of one folder are one cache: "x/.", "a/../x" and a symlink to x all collide with
+// x (each dataset trained on the other's latents before).
+TEST_F(DatasetConfig, CacheFoldersAreComparedByWhatTheyResolveTo) {
+  const std::string root = dir_.path().string();
+  std::filesystem::create_directories(root + "/x");
+  std::filesystem::create_directories(root + "/a");
+  std::filesystem::create_symlink(root + "/x", root + "/x-link");
+  for (const std::string spelling : {root + "/x/.", root + "/a/../x", root + "/x-link", root + "/x/"}) {
+    const std::string text = R"([{"id": "one", "instance_data_dir": "/d", "cache_dir_vae": ")" + root +
+                             R"(/x"}, {"id": "two", "instance_data_dir": "/e", "cache_dir_vae": ")" + spelling +
+                             R"("}, {"id": "t", "dataset_type": "text_embeds", "cache_dir": ")" + root + R"(/t"}])";
+    expect_mentions(error(text), {"backend 'two'", spelling.c_str(), "VAE cache of backend 'one'",
+                                  ("both are '" + root + "/x'").c_str()});
+  }
+  const std::string text_alias = R"([{"id": "one", "instance_data_dir": "/d", "cache_dir_vae": ")" + root +
+                                 R"(/x"}, {"id": "t", "dataset_type": "text_embeds", "cache_dir": ")" + root +
+                                 R"(/x-link/."}])";
+  expect_mentions(error(text_alias), {"backend 't'", "text embeddings and latents need separate folders"});
+}
+
 TEST_F(DatasetConfig, EveryBadValueNamesBackendKeyValueAndWhatIsSupported) {
   const auto bad = [&](const std::string& extra, std::initializer_list<const char*> fragments) {
     expect_mentions(error(R"([{"id": "ds", "instance_data_dir": "/d", )" + extra + "}]"), fragments);
@@ -229,6 +250,12 @@ TEST_F(DatasetConfig, EveryBadValueNamesBackendKeyValueAndWhatIsSupported) {
   bad(R"("probability": -0.5)", {"'ds'", "probability", "-0.5", "0 or more"});
   bad(R"("repeats": -1)", {"'ds'", "repeats", "-1", "0 or more"});
   bad(R"("repeats": 1.5)", {"'ds'", "repeats", "1.5", "whole number"});
+  // Numbers out of range are refused, not clamped: 1e18 repeats grew a 2.3 GB epoch list, a
+  // resolution of 1e308 trained silently in a 16 x 16 bucket.
+  bad(R"("repeats": 1e18)", {"'ds'", "repeats", "1e+18", "at most 1000000"});
+  bad(R"("resolution": 1e308)", {"'ds'", "resolution", "1e+308", "at most 8192 pixels"});
+  bad(R"("resolution": 8193, "resolution_type": "pixel_area")", {"'ds'", "resolution", "8193", "at most 8192 pixels"});
+  bad(R"("resolution": 65, "resolution_type": "area")", {"'ds'", "resolution", "65", "at most 64 megapixels"});
   bad(R"("resolution": 0)", {"'ds'", "resolution", "0", "above 0"});
   bad(R"("resolution": 1000.5)", {"'ds'", "resolution", "1000.5", "whole number"});
   bad(R"("resolution": "1024")", {"'ds'", "resolution", "\"1024\"", "must be a number"});

@@ -133,6 +133,27 @@ TEST(ImageScan, MissingFolderIsAnError) {
   EXPECT_NE(testing::error_of([&] { scan_image_dataset(c, 1, 16); }).find("not a directory"), std::string::npos);
 }
 
+// The caches index pictures by name in JSON, which holds only UTF-8: a picture whose name is not
+// UTF-8 is skipped, named with \xHH escapes; a folder whose name is not is refused (both ended in
+// nlohmann::json's type_error 316, exit 1, before).
+TEST(ImageScan, NamesThatAreNotUtf8) {
+  testing::TempDir dir;
+  picture(dir / "good.png", 64, 64);
+  picture(dir / "bad\xff.png", 64, 64);
+  const ScannedDataset s = scan_image_dataset(folder(dir), 1, 16);
+  ASSERT_EQ(s.images.size(), 1u);
+  EXPECT_EQ(s.images[0].relative_path, "good.png");
+  EXPECT_TRUE(skipped_with(s, "bad\\xFF.png", "the file name is not valid UTF-8"));
+  testing::TempDir parent;
+  auto c = folder(parent);
+  c.instance_data_dir = parent / "pictures\xfe";
+  picture(c.instance_data_dir + "/a.png", 64, 64);
+  EXPECT_EQ(testing::error_text([&] { scan_image_dataset(c, 1, 16); }),
+            "[data] dataset 'scan': instance_data_dir '" + (parent / "pictures\\xFE") +
+                "' is not valid UTF-8 (byte " + std::to_string(parent.str().size() + 9) +
+                "); the caches index pictures by name in JSON: rename the folder");
+}
+
 TEST(ImageScan, ImageFileNames) {
   for (const char* name : {"a.png", "a.PNG", "dir/b.jpg", "c.JPEG", "d.webp", "e.WebP"}) {
     EXPECT_TRUE(is_image_file_name(name)) << name;

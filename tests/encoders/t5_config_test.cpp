@@ -107,6 +107,13 @@ TEST(T5Config, RejectsBadValuesNamingTheKey) {
             "[t5] cfg.json: config key 'd_model' must be an integer (64-bit), got \"wide\"");
   EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"num_heads": 0})", "cfg.json"); }),
             "[t5] cfg.json: num_heads must be a positive integer, got 0");
+  // Sizes are bounded before anything is built (num_layers 100000 took 5.3 GB, then failed).
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"num_layers": 100000})", "cfg.json"); }),
+            "[t5] cfg.json: num_layers must be at most 128 (the largest published T5 encoders stay far below), "
+            "got 100000");
+  EXPECT_NE(error_text([] { T5Config::from_json_text(R"({"d_ff": 1000000000})", "cfg.json"); })
+                .find("d_ff must be at most 262144"),
+            std::string::npos);
   EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"layer_norm_epsilon": "small"})", "cfg.json"); }),
             "[t5] cfg.json: config key 'layer_norm_epsilon' must be a number, got \"small\"");
   EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"dense_act_fn": "swish"})", "cfg.json"); }),

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "remat/encoders/autoencoder_kl.h"
+#include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/memory.h"
 
 namespace {
@@ -66,6 +67,39 @@ TEST(VaeMemory, EncodePeakIsOneResnetBlocksLiveActivations) {
   ASSERT_TRUE(mean.defined());
   // GroupNorm's per-group statistics and the latents are a few KiB.
   EXPECT_NEAR(static_cast<double>(peak), static_cast<double>(formula), 256.0 * 1024.0);
+}
+
+// Memory admission (remat caches and samples only what the prediction says fits) relies on
+// vae_peak_bytes bounding what an encode holds: above the measured peak, and not so far above
+// that it refuses pictures this machine could encode. Measured with the attention dominant (a
+// 2-level VAE at 256 px: 16384 latent pixels) and with the resnet dominant (4 levels at 512 px).
+TEST(VaeMemory, PredictedPeakBoundsTheMeasuredOne) {
+  remat::memory::install_cpu_tracking();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(2);
+  AutoencoderKLConfig attention_heavy = AutoencoderKLConfig::tiny();  // [32, 64]: factor 2
+  for (const auto& [config, side] : {std::pair{narrow_config(), 512}, std::pair{attention_heavy, 256}}) {
+    AutoencoderKL vae(config);
+    vae->eval();
+    const at::Tensor image = torch::rand({1, 3, side, side}) * 2 - 1;
+    int64_t peak = 0;
+    {
+      remat::memory::PeakScope scope;
+      const at::Tensor mean = vae->encode(image).mean;
+      peak = scope.peak_delta() + bytes_of(image);  // the prediction counts the picture too
+    }
+    const int64_t predicted = vae_peak_bytes(config, side, side, 4, /*tiled=*/false);
+    std::printf("encode %d px, %zu levels: measured peak %lld bytes, predicted %lld (x%.2f)\n", side,
+                config.block_out_channels.size(), static_cast<long long>(peak), static_cast<long long>(predicted),
+                static_cast<double>(predicted) / static_cast<double>(peak));
+    EXPECT_GE(predicted, peak);
+    EXPECT_LE(predicted, 3 * peak);
+  }
+  // Tiled, the activations are one tile's whatever the picture's size.
+  const AutoencoderKLConfig c = narrow_config();
+  const int64_t tile = c.sample_size.front();
+  EXPECT_EQ(vae_peak_bytes(c, 4096, 4096, 4, true) - 2 * 3 * 4096 * 4096 * 4,
+            vae_peak_bytes(c, tile, tile, 4, false) - 2 * 3 * tile * tile * 4);
 }
 
 // Without autograd the blocks overwrite their own intermediates; with it they may not. Both give

@@ -323,11 +323,19 @@ TEST_F(VaeTest, ConfigErrorsNameTheOriginKeyAndValue) {
   EXPECT_EQ(err(R"({"act_fn": "tanh"})"),
             "[vae] vae/config.json: act_fn must be one of silu, swish, mish, gelu, relu, got 'tanh'");
   EXPECT_EQ(err(R"({"block_out_channels": [], "down_block_types": [], "up_block_types": []})"),
-            "[vae] vae/config.json: block_out_channels must have 1 to 16 entries, got []");
+            "[vae] vae/config.json: block_out_channels must have 1 to 8 entries, got []");
   EXPECT_EQ(err(R"({"block_out_channels": [32, 48], "norm_num_groups": 32})"),
             "[vae] vae/config.json: every block_out_channels entry must be a positive multiple of norm_num_groups "
             "(32), got [32, 48]");
-  EXPECT_EQ(err(R"({"latent_channels": 0})"), "[vae] vae/config.json: latent_channels must be >= 1, got 0");
+  EXPECT_EQ(err(R"({"latent_channels": 0})"), "[vae] vae/config.json: latent_channels must be in [1, 256], got 0");
+  // Sizes are bounded before anything is built (layers_per_block 100000 built modules until
+  // memory ran out): the largest published AutoencoderKLs with a wide margin.
+  EXPECT_EQ(err(R"({"layers_per_block": 100000})"),
+            "[vae] vae/config.json: layers_per_block must be in [1, 16], got 100000");
+  EXPECT_EQ(err(R"({"block_out_channels": [1000000000, 64], "norm_num_groups": 32})"),
+            "[vae] vae/config.json: every block_out_channels entry must be at most 4096, got [1000000000, 64]");
+  EXPECT_EQ(err(R"({"block_out_channels": [32, 32, 32, 32, 32, 32, 32, 32, 32], "norm_num_groups": 32})"),
+            "[vae] vae/config.json: block_out_channels must have 1 to 8 entries, got [32, 32, 32, 32, 32, 32, 32, 32, 32]");
   EXPECT_EQ(err(R"({"layers_per_block": "2"})"),
             "[vae] vae/config.json: config key 'layers_per_block' must be an integer, got \"2\"");
   EXPECT_EQ(err(R"({"scaling_factor": 0})"),

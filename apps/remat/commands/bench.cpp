@@ -6,6 +6,7 @@
 #include "benchmark_report.h"
 #include "command.h"
 #include "model_options.h"
+#include "remat/io/files.h"
 #include "remat/train/benchmark.h"
 #include "remat/train/startup_checks.h"
 
@@ -111,9 +112,9 @@ int run_bench(const std::vector<std::string>& args) {
     }
   }
   std::cout << format_benchmark_table(report);
-  if (!json.empty()) write_file_atomic(json, benchmark_json(report));
-  if (!csv.empty()) write_file_atomic(csv, benchmark_csv(report));
-  if (!svg.empty()) write_file_atomic(svg, benchmark_svg(report));
+  if (!json.empty()) io::write_file_atomically(json, benchmark_json(report), "bench");
+  if (!csv.empty()) io::write_file_atomically(csv, benchmark_csv(report), "bench");
+  if (!svg.empty()) io::write_file_atomically(svg, benchmark_svg(report), "bench");
   return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "remat/sample/pipeline.h"
 #include "remat/sample/png_file.h"
 #include "remat/train/startup_checks.h"
+#include "utf8.h"
 
 namespace remat::cli {
 namespace {
@@ -33,8 +34,13 @@ std::vector<std::string> read_prompt_file(const std::string& path) {
   std::vector<std::string> prompts;
   std::istringstream lines(text);
   std::string line;
-  while (std::getline(lines, line)) {
+  for (int64_t number = 1; std::getline(lines, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (const auto bad = remat::detail::invalid_utf8_at(line)) {
+      throw_value_error("[sample] --prompt_file '" + path + "' line " + std::to_string(number) +
+                        " is not valid UTF-8 (byte " + std::to_string(*bad + 1) + "): '" + remat::detail::printable_utf8(line) +
+                        "'");
+    }
     if (line.find_first_not_of(" \t") != std::string::npos) prompts.push_back(line);
   }
   if (prompts.empty()) throw_value_error("[sample] --prompt_file '" + path + "' holds no prompt (one per line)");
@@ -97,7 +103,9 @@ int run_sample(const std::vector<std::string>& args) {
                  "The negative prompt of true classifier-free guidance (used when --true_cfg_scale > 1)");
   app.add_option("--width", settings.width, "Picture width in pixels, a multiple of 16")->capture_default_str();
   app.add_option("--height", settings.height, "Picture height in pixels, a multiple of 16")->capture_default_str();
-  app.add_option("--num_inference_steps", settings.num_inference_steps, "Denoising steps")->capture_default_str();
+  app.add_option("--num_inference_steps", settings.num_inference_steps, "Denoising steps")
+      ->check(CLI::Range(int64_t{1}, sample::kMaxInferenceSteps))
+      ->capture_default_str();
   app.add_option("--guidance_scale", settings.guidance_scale,
                  "The embedded guidance of guidance-distilled models (FLUX.1-dev); ignored by models without it")
       ->capture_default_str();
@@ -181,6 +189,12 @@ int run_sample(const std::vector<std::string>& args) {
     };
   };
 
+  // A run killed while writing left its temporaries; this run writes the same files.
+  for (const auto& path : paths) {
+    for (const auto& stale : io::remove_stale_temporaries(path)) {
+      std::cerr << "remat sample: removed " << stale << ", left by an interrupted write\n";
+    }
+  }
   // A prompt the PNG cannot record (not UTF-8, a NUL) fails now, not after the sampling.
   for (size_t i = 0; i < requests.size(); ++i) sample::check_png_text(png_text(requests[i]), paths[i]);
 

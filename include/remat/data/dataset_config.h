@@ -31,6 +31,14 @@ enum class CaptionStrategy {
 enum class CropStyle { center, random, corner };
 enum class CropAspect { square, preserve, closest };
 
+/// Bounds of a dataset's numbers, checked where they are read: SimpleTuner's examples use repeats
+/// of a few to a few hundred, so a million is a typo's scale, not a dataset's; a pixel edge (or
+/// the edge of pixel_area's square) is at most remat::encoders' picture bound (8192 x 8192); an
+/// area at most its 64 megapixels.
+inline constexpr int64_t kMaxRepeats = 1'000'000;
+inline constexpr double kMaxResolutionPixels = 8192;
+inline constexpr double kMaxResolutionMegapixels = 64;
+
 /// One `"type": "local"` image backend (dataset_type "image", the default).
 struct ImageDatasetConfig {
   std::string id;
@@ -50,7 +58,8 @@ struct ImageDatasetConfig {
   /// The aspect ratios crop_aspect "closest" chooses from (SimpleTuner's crop_aspect_buckets, as
   /// plain numbers; the weighted form belongs to crop_aspect "random", which remat does not do).
   std::vector<double> crop_aspect_buckets;
-  /// Extra passes over this dataset per epoch (0: seen once per epoch), as SimpleTuner.
+  /// Extra passes over this dataset per epoch (0: seen once per epoch), as SimpleTuner; at most
+  /// kMaxRepeats.
   int64_t repeats = 0;
   /// Relative chance that a batch is drawn from this dataset, as SimpleTuner.
   double probability = 1.0;

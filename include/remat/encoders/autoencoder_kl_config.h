@@ -64,6 +64,23 @@ struct REMAT_API AutoencoderKLConfig {
   int64_t spatial_factor() const { return int64_t{1} << (num_blocks() - 1); }
 };
 
+/// Queries per chunk of the VAE's mid-block attention scores (VaeAttentionImpl::query_chunk).
+inline constexpr int64_t kVaeAttentionQueryChunk = 1024;
+
+/// The bytes alive at the peak of encoding (or decoding) one `width` x `height` picture with
+/// AutoencoderKL(config) at `element_bytes` per activation element, predicted from the config
+/// alone for memory admission (remat caches and samples only what fits). Two terms, the larger
+/// counts: a resnet at full resolution (its input, output and the convolution's working memory,
+/// about four activations of width x height x block_out_channels[0]; measured in
+/// tests/encoders/vae_memory_test.cpp) and the mid-block attention over (width / f) x (height / f)
+/// latent pixels (eight tensors of tokens x channels in float32: the block's input, the normed
+/// input, q, k, v, the attention output, its projection and the residual sum; plus one chunk of
+/// scores and their softmax: VaeAttentionImpl's query chunks). `tiled`: the picture is processed in tiles of
+/// sample_size[0] pixels (diffusers' enable_tiling), so the terms are those of one tile. The
+/// picture itself (float32 RGB, twice for the resize) is added.
+REMAT_API int64_t vae_peak_bytes(const AutoencoderKLConfig& config, int64_t width, int64_t height,
+                                 int64_t element_bytes, bool tiled);
+
 /// The names accepted for act_fn (as diffusers' get_activation; matched case-insensitively).
 REMAT_API const std::vector<std::string>& vae_activation_names();
 

@@ -17,6 +17,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/export.h"
 
 namespace remat::encoders {
@@ -87,7 +88,7 @@ class REMAT_API VaeAttentionImpl : public torch::nn::Module {
   torch::nn::ModuleList to_out{nullptr};  ///< to_out.0 (Linear); diffusers' to_out.1 is Dropout(0)
   /// Queries per chunk of the score matrix (a performance knob; results do not depend on it
   /// beyond the last bits of matmul blocking).
-  int64_t query_chunk = 1024;
+  int64_t query_chunk = kVaeAttentionQueryChunk;
 };
 TORCH_MODULE(VaeAttention);
 

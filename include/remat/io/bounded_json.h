@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -44,6 +45,11 @@ REMAT_API void check_json_text(std::string_view text, uint64_t max_bytes, const 
 
 /// The first `max_chars` characters of `text`, followed by "... (N bytes)" when it is longer.
 REMAT_API std::string text_excerpt(std::string_view text, size_t max_chars = kExcerptChars);
+
+/// The message of a JSON parser's exception without nlohmann's "[json.exception.parse_error.101] "
+/// prefix (the reader's own text names the file; the library's error code means nothing to a
+/// user), excerpted: "parse error at line 1, column 2: syntax error while parsing value ...".
+REMAT_API std::string json_error_excerpt(const std::exception& e, size_t max_chars = 2 * kExcerptChars);
 
 namespace detail {
 

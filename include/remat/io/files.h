@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "remat/export.h"
 
@@ -31,5 +32,22 @@ REMAT_API std::string read_regular_file(const std::string& path, uint64_t max_by
 /// file is removed).
 REMAT_API void write_file_atomically(const std::string& path, const std::string& bytes,
                                      const std::string& component);
+
+/// Removes the temporaries write_file_atomically(path, ...) leaves when its process is killed
+/// before the rename (".<name>.tmp.XXXXXX" beside `path`), and returns their paths. A writer calls
+/// it before writing `path` again; a second process writing the same path at the same moment
+/// would race on the result anyway.
+REMAT_API std::vector<std::string> remove_stale_temporaries(const std::string& path);
+
+/// `path` as the folder it resolves to: absolute, symlinks resolved as far as the path exists,
+/// "." and ".." removed (std::filesystem::weakly_canonical). Two spellings of one folder ("x/.",
+/// "a/../x", a symlink to x) give the same string; a path that cannot be resolved (a symlink loop)
+/// is returned lexically normalised.
+REMAT_API std::string canonical_folder(const std::string& path);
+
+/// Creates the directory `path` and its missing parents (an existing directory is fine). Throws
+/// c10::ValueError "[<component>] <what> '<path>' cannot be created: '<ancestor>' is a file, not a
+/// directory" (or the system's reason) instead of std::filesystem's raw error.
+REMAT_API void make_directories(const std::string& path, const std::string& component, const std::string& what);
 
 }  // namespace remat::io

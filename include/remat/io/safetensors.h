@@ -63,6 +63,13 @@ struct TensorInfo {
 /// changes this process's pages. The file must not be truncated by another process while it is
 /// mapped (that is SIGBUS on any mmap reader); replacing it with rename(2), as save_safetensors
 /// does, is safe.
+/// Throws c10::ValueError "[<component>] '<file>': tensor '<name>' holds N non-finite values (NaN
+/// or inf), the first at flat index I" unless every element of `tensor` is finite (integer and
+/// bool tensors always are). Weights, LoRAs and checkpoints are checked when loaded: a NaN that
+/// gets in turns every later number NaN, and its source is then nowhere to be seen.
+REMAT_API void require_finite(const at::Tensor& tensor, const std::string& component, const std::string& file,
+                              const std::string& name);
+
 class REMAT_API SafetensorsFile {
  public:
   /// Maps and validates `path`. Throws c10::Error naming the path and the problem: missing or

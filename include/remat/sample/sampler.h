@@ -22,11 +22,17 @@ struct PromptEmbeddings {
   at::Tensor pooled_prompt_embeds;  ///< CLIP pooled output (pooled_projection_dim)
 };
 
+/// Bounds of a sample's size and step count: remat decodes and writes pictures of at most
+/// 8192 x 8192 (the picture bound of remat::encoders' readers; FLUX.1 is trained up to about
+/// 2 megapixels), and FluxPipeline's schedules use 1 to a few hundred steps.
+inline constexpr int64_t kMaxSampleSide = 8192;
+inline constexpr int64_t kMaxInferenceSteps = 10000;
+
 /// What one picture is sampled with.
 struct SamplingSettings {
-  int64_t width = 1024;   ///< pixels, a multiple of 16
-  int64_t height = 1024;  ///< pixels, a multiple of 16
-  int64_t num_inference_steps = 28;
+  int64_t width = 1024;   ///< pixels, a multiple of 16, at most kMaxSampleSide
+  int64_t height = 1024;  ///< pixels, a multiple of 16, at most kMaxSampleSide
+  int64_t num_inference_steps = 28;  ///< in [1, kMaxInferenceSteps]
   /// The embedded guidance of guidance-distilled models (transformer config guidance_embeds);
   /// ignored by models without it.
   double guidance_scale = 3.5;

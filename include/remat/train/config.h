@@ -182,6 +182,8 @@ struct TrainConfig {
   /// (CACHE_DIR/text/<family>) unless a backend names its own. Empty: OUTPUT_DIR/cache, as
   /// SimpleTuner's --cache_dir (default None).
   std::string cache_dir;
+  /// SimpleTuner's --vae_enable_tiling: the VAE encodes pictures for the latent cache in tiles.
+  bool vae_enable_tiling = false;
   // The global defaults of every image backend (SimpleTuner's names and defaults; the enums as
   // their option values: remat/train/data_options.h converts).
   double resolution = 1024;

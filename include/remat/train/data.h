@@ -166,7 +166,7 @@ struct PairedSampleFiles {
 struct PairedDatasetSpec {
   std::string id;
   std::vector<PairedSampleFiles> samples;
-  int64_t repeats = 0;                     ///< extra passes per epoch (0: each sample once)
+  int64_t repeats = 0;                     ///< extra passes per epoch (0: each sample once; at most data::kMaxRepeats)
   double probability = 1.0;                ///< relative chance that a batch comes from it (0: never)
   double caption_dropout_probability = 0;  ///< chance a sample trains with the empty caption
 };

@@ -1,0 +1,52 @@
+// Allocation failures named (remat/out_of_memory.h): the size is read from LibTorch's own
+// allocator error, and a failure inside a named stage becomes remat's [memory] error.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <new>
+#include <stdexcept>
+
+#include "remat/out_of_memory.h"
+#include "value_error.h"
+
+namespace {
+namespace out_of_memory_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
+
+// A real allocation the CPU allocator refuses: 2^62 bytes is more than any machine maps.
+at::Tensor impossible_tensor() { return at::empty({int64_t{1} << 60}, at::kFloat); }
+
+TEST(OutOfMemory, ReadsTheSizeFromTheAllocatorsError) {
+  try {
+    impossible_tensor();
+    FAIL() << "a 2^62-byte tensor was allocated";
+  } catch (const c10::Error& e) {
+    const auto bytes = remat::memory::failed_allocation_bytes(e);
+    ASSERT_TRUE(bytes.has_value()) << e.what_without_backtrace();
+    // The request, plus whatever header the allocator in use adds (remat's tracking adds one).
+    EXPECT_GE(*bytes, int64_t{1} << 62);
+    EXPECT_LE(*bytes, (int64_t{1} << 62) + 4096);
+  }
+  EXPECT_EQ(remat::memory::failed_allocation_bytes(std::bad_alloc()), 0);
+  EXPECT_FALSE(remat::memory::failed_allocation_bytes(std::runtime_error("not memory")).has_value());
+  const c10::Error cuda("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79 GiB", "");
+  EXPECT_EQ(remat::memory::failed_allocation_bytes(cuda), 20 * 1024 * 1024);
+}
+
+TEST(OutOfMemory, NamedStagesTurnFailuresIntoRematsError) {
+  const std::string message = remat::testing::error_text([] {
+    remat::memory::name_allocation_failures("encoding a 4096 x 4096 picture", "lower the resolution",
+                                            [] { return impossible_tensor(); });
+  });
+  EXPECT_EQ(message.rfind("[memory] encoding a 4096 x 4096 picture ran out of memory: one allocation of ", 0), 0u)
+      << message;
+  EXPECT_NE(message.find("(46116860184273879"), std::string::npos) << message;  // 2^62 and a header
+  EXPECT_NE(message.find(" bytes) failed; this machine has "), std::string::npos) << message;
+  EXPECT_NE(message.find(" available: lower the resolution"), std::string::npos) << message;
+  // Everything else passes through, and a value is returned as it is.
+  EXPECT_THROW(remat::memory::name_allocation_failures("x", "y", []() -> int { throw std::runtime_error("other"); }),
+               std::runtime_error);
+  EXPECT_EQ(remat::memory::name_allocation_failures("x", "y", [] { return 7; }), 7);
+}
+
+}  // namespace out_of_memory_test
+}  // namespace
