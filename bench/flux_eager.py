@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Flux.1 transformer in PyTorch eager: an independent reference for remat's C++ Flux model.
 
-Written from the design spec MODELS.md (§1, §5.1, §6), not from diffusers' code: the modules are
+Written independently of diffusers' code, from a description of what its `FluxTransformer2DModel`
+(src/diffusers/models/transformers/transformer_flux.py) computes: the modules are
 registered under diffusers' `FluxTransformer2DModel` state-dict names, so a diffusers checkpoint
 (or a file written by `remat init`) loads with no remapping. Numerics follow diffusers:
   * timestep and guidance: ×1000 in the activation dtype, a 256-channel [cos | sin] sinusoid in
@@ -13,10 +14,12 @@ registered under diffusers' `FluxTransformer2DModel` state-dict names, so a diff
   * attention: softmax(q kᵀ / √d) v with the softmax in float32 — the composite remat uses on
     LibTorch 1.13, which has no fused scaled_dot_product_attention.
 
-Gradient checkpointing follows SimpleTuner (§5.1): layouts "off", "1" (every block), "N" (segments
-of N blocks), "N/S" (segments of N blocks every S blocks, the S-N between run eagerly) and "ffn"
-(only the feed-forward part of every block). The double and single stacks are segmented
-independently.
+Gradient checkpointing follows SimpleTuner's FluxTransformer2DModel.forward
+(simpletuner/helpers/models/flux/transformer.py) and its checkpoint_sequential_state
+(simpletuner/helpers/training/gradient_checkpointing_interval.py): layouts "off", "1" (every
+block), "N" (segments of N blocks), "N/S" (segments of N blocks every S blocks, the S-N between
+run eagerly) and "ffn" (only the feed-forward part of every block). The double and single stacks
+are segmented independently.
 
 Subcommands (run with /usr/bin/python3, which has Debian's torch):
   bench        training-step timings and tracked CPU peaks per checkpoint layout (JSON)

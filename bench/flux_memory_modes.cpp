@@ -1,12 +1,13 @@
 // Memory and time of every checkpoint mode on a small Flux, beside the analytical prediction of
-// MODELS.md §4. For each mode: the tracked peak of a LoRA training step (forward, loss, backward,
-// AdamW step), the median step time, and the peak that §4's per-block activation counts predict
-// when fed through remat's memory timeline (remat::predict).
+// the activation model in docs/SEGMENTED_CHECKPOINTING.md ("Activation model"; the printed "§4"
+// columns are that model). For each mode: the tracked peak of a LoRA training step (forward, loss,
+// backward, AdamW step), the median step time, and the peak that the model's per-block activation
+// counts predict when fed through remat's memory timeline (remat::predict).
 //
-// §4 counts saved tensors in units of B*n*D elements: a double block keeps 18 units per stream
-// (10 + 2M with M = 4), a single block 17 (9 + 2M), LoRA (no modulation gradients). On LibTorch
-// 1.13 the attention is a composite that also keeps its softmax, (B, H, N, N) float32, which §4's
-// fused-attention count does not have; the prediction adds it and says so.
+// The model counts saved tensors in units of B*n*D elements: a double block keeps 18 units per
+// stream (10 + 2M with M = 4), a single block 17 (9 + 2M), LoRA (no modulation gradients). On
+// LibTorch 1.13 the attention is a composite that also keeps its softmax, (B, H, N, N) float32,
+// which the model's fused-attention count does not have; the prediction adds it and says so.
 //
 // usage: flux_memory_modes [preset=flux-small] [image_tokens=256] [text_tokens=64] [steps=3]
 #include <algorithm>
@@ -35,7 +36,7 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// §4's per-block costs (float32: 4 bytes per element) for a chain of blocks.
+// The activation model's per-block costs (float32: 4 bytes per element) for a chain of blocks.
 Chain analytical_chain(const models::FluxConfig& c, int64_t B, int64_t n_img, int64_t n_txt,
                        int64_t fixed_bytes, bool with_attention_matrix) {
   const double D = static_cast<double>(c.hidden_size()), M = 4, bytes = 4;

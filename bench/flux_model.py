@@ -1,4 +1,4 @@
-"""Flux.1 transformer (diffusers FluxTransformer2DModel) in PyTorch eager, written from MODELS.md.
+"""Flux.1 transformer (diffusers FluxTransformer2DModel) in PyTorch eager, written independently of it.
 
 The model, its checkpoint layouts, LoRA and input/weight helpers; bench/flux_eager.py is the
 command line around it. See flux_eager.py for the numerics this follows.
@@ -68,7 +68,7 @@ class FluxConfig:
             return cls(json.load(handle))
 
     def expected_key_count(self):
-        """16 top-level keys (+4 with guidance), 32 per double block, 14 per single block (§1.11)."""
+        """16 top-level keys (+4 with guidance), 32 per double block, 14 per single block (diffusers' key set)."""
         top = 16 + (4 if self.guidance_embeds else 0)
         return top + 32 * self.num_layers + 14 * self.num_single_layers
 
@@ -102,7 +102,8 @@ class RMSNorm(nn.Module):
 def timestep_sinusoid(scaled, channels=TIMESTEP_CHANNELS):
     """[cos | sin] embedding of already-scaled timesteps (B,) -> (B, channels) float32.
 
-    freq_k = 10000^(-k/half) for k < half, computed in float32; arg = float32(t) * freq_k (§1.4.3).
+    freq_k = 10000^(-k/half) for k < half, computed in float32; arg = float32(t) * freq_k
+    (diffusers' get_timestep_embedding).
     """
     half = channels // 2
     exponent = -math.log(10000.0) * torch.arange(half, dtype=torch.float32) / half
@@ -111,7 +112,7 @@ def timestep_sinusoid(scaled, channels=TIMESTEP_CHANNELS):
 
 
 def rope_tables(ids, axes_dims, theta=ROPE_THETA):
-    """cos, sin tables (N, sum(axes_dims)) float32 for position ids (N, len(axes_dims)) (§1.5).
+    """cos, sin tables (N, sum(axes_dims)) float32 for position ids (N, len(axes_dims)) (diffusers' FluxPosEmbed).
 
     Angles are formed in float64, each repeated for the two lanes of its interleaved pair, then
     cast to float32.
@@ -165,7 +166,10 @@ class MLPEmbedder(nn.Module):
 
 
 class TimeTextEmbed(nn.Module):
-    """temb (B, D) = timestep MLP (+ guidance MLP) + pooled-text MLP (§1.4)."""
+    """temb (B, D) = timestep MLP (+ guidance MLP) + pooled-text MLP.
+
+    As diffusers' CombinedTimestepGuidanceTextProjEmbeddings (CombinedTimestepTextProjEmbeddings without guidance).
+    """
 
     def __init__(self, config):
         super().__init__()
@@ -223,7 +227,7 @@ class FeedForward(nn.Module):
 
 
 class JointAttention(nn.Module):
-    """Double-block attention over [text ; image] with separate text projections (§1.6.3)."""
+    """Double-block attention over [text ; image] with separate text projections (diffusers' FluxAttnProcessor)."""
 
     def __init__(self, config):
         super().__init__()
@@ -247,7 +251,10 @@ class JointAttention(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Single-block attention over the joint sequence, no output projection (§1.7.2)."""
+    """Single-block attention over the joint sequence, no output projection.
+
+    As in diffusers' FluxSingleTransformerBlock.
+    """
 
     def __init__(self, config):
         super().__init__()
@@ -335,7 +342,7 @@ class NormOut(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoint layouts (SimpleTuner §5)
+# Checkpoint layouts (SimpleTuner's simpletuner/helpers/training/gradient_checkpointing_interval.py)
 
 
 def checkpoint_sequential_state(blocks, segment_size, state, run_block, segment_stride=None):
@@ -421,7 +428,8 @@ class FluxTransformer(nn.Module):
         if txt_ids.dim() == 3:
             txt_ids = txt_ids[0]
         x = self.x_embedder(hidden_states)
-        # ×1000 in the activation dtype, as diffusers does (§1.4.2, §1.10).
+        # ×1000 in the activation dtype, as diffusers' FluxTransformer2DModel.forward does
+        # (SimpleTuner's copy multiplies in float32).
         scaled_t = timestep.to(x.dtype) * 1000
         scaled_g = guidance.to(x.dtype) * 1000 if guidance is not None else None
         temb = self.time_text_embed(scaled_t, scaled_g, pooled_projections)
@@ -503,7 +511,10 @@ def grid_shape(tokens):
 
 
 def image_ids(tokens):
-    """(tokens, 3) float32 ids (0, row, col), row-major over a square-ish grid (§1.3)."""
+    """(tokens, 3) float32 ids (0, row, col), row-major over a square-ish grid.
+
+    The layout of diffusers' FluxPipeline._prepare_latent_image_ids.
+    """
     rows, cols = grid_shape(tokens)
     row = torch.arange(rows, dtype=torch.float32).repeat_interleave(cols)
     col = torch.arange(cols, dtype=torch.float32).repeat(rows)

@@ -5,7 +5,10 @@
 /// a model with one call (`set_checkpoint_plan`).
 ///
 /// Semantics, per block stack (Flux: the double stack and the single stack, windows restarting at
-/// 0 in each; MageFlow: its one stack), as SimpleTuner's transformers do (MODELS.md §5):
+/// 0 in each; MageFlow: its one stack), as SimpleTuner's transformers do
+/// (FluxTransformer2DModel.forward in simpletuner/helpers/models/flux/transformer.py,
+/// MageFlowTransformer2DModel.forward in simpletuner/helpers/models/mageflow/transformer.py;
+/// docs/SEGMENTED_CHECKPOINTING.md):
 /// - Nothing is checkpointed unless the plan is enabled and the module is training.
 /// - Blocks scope: each stack runs through remat::run_layout with the plan's layout for it: the
 ///   explicit stack layout when given, else layout_from_interval(num_blocks, interval, stride,

@@ -1,5 +1,6 @@
 // diffusers' AutoencoderKL (models/autoencoders/autoencoder_kl.py, vae.py: Encoder, Decoder,
-// DiagonalGaussianDistribution), ENCODERS.md §1.3-§1.5, §1.8, §1.10.
+// DiagonalGaussianDistribution), its tiling (autoencoder_kl.py), and the latent scaling that
+// FluxPipeline applies (pipelines/flux/pipeline_flux.py).
 
 #include "remat/encoders/autoencoder_kl.h"
 

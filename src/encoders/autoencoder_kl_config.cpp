@@ -1,5 +1,5 @@
 // AutoencoderKLConfig: diffusers' vae/config.json, its validation, and the parameter list it
-// implies (ENCODERS.md §1.1, §1.6, §1.7).
+// implies (docs/VAE.md, "Configuration").
 
 #include "remat/encoders/autoencoder_kl_config.h"
 
@@ -273,7 +273,7 @@ std::string AutoencoderKLConfig::to_json() const {
   return j.dump(2) + "\n";
 }
 
-// ---- parameter list (ENCODERS.md §1.6): diffusers' module registration order ----
+// ---- parameter list: diffusers' module registration order (Encoder, Decoder in vae.py) ----
 namespace {
 
 struct ShapeList {

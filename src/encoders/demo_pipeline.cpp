@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 using OrderedJson = nlohmann::ordered_json;
 
 // The diffusers version the written files claim to come from: the one whose sources the layout
-// was checked against (ENCODERS.md).
+// was checked against (diffusers commit 58eb52c0803ea9af3abec60841c2a093bdf1f951).
 const char* const kDiffusersVersion = "0.40.0.dev0";
 
 at::ScalarType dtype_of(const std::string& name) {

@@ -1,4 +1,4 @@
-// The AutoencoderKL blocks (ENCODERS.md §1.2; diffusers models/resnet.py ResnetBlock2D,
+// The AutoencoderKL blocks (diffusers models/resnet.py ResnetBlock2D,
 // downsampling.py Downsample2D, upsampling.py Upsample2D, attention_processor.py Attention with
 // AttnProcessor2_0, unets/unet_2d_blocks.py UNetMidBlock2D).
 

@@ -1,5 +1,5 @@
 // diffusers AutoencoderKL's tiling (autoencoder_kl.py: blend_v, blend_h, _tiled_encode,
-// tiled_decode), ENCODERS.md §1.10.
+// tiled_decode).
 
 #include "remat/encoders/vae_tiling.h"
 

@@ -1,4 +1,5 @@
-// The one table between Black Forest Labs' Flux names and diffusers' (PIPELINE.md §3), and what is
+// The one table between Black Forest Labs' Flux names and diffusers' (diffusers'
+// convert_flux_transformer_checkpoint_to_diffusers in loaders/single_file_utils.py), and what is
 // derived from it: the per-model module and tensor lists, name lookups for the LoRA formats, and
 // the Markdown rendering in docs/WEIGHT_FORMATS.md.
 #include <cctype>

@@ -1,5 +1,6 @@
-// Reading the Flux LoRA files people share into diffusers module names (PIPELINE.md §4, diffusers'
-// FluxLoraLoaderMixin.lora_state_dict and lora_conversion_utils). BFL / kohya names go through the
+// Reading the Flux LoRA files people share into diffusers module names (diffusers'
+// FluxLoraLoaderMixin.lora_state_dict in loaders/lora_pipeline.py and
+// loaders/lora_conversion_utils.py). BFL / kohya names go through the
 // one table of remat/models/flux_weight_formats.h.
 #include <algorithm>
 #include <cctype>
@@ -105,7 +106,8 @@ class Reader {
   }
 
   // Splits one adapter of a fused BFL layer (qkv, linear1) onto its diffusers targets. `shared_down`:
-  // every target gets the whole down (xlabs, BFL control); otherwise kohya's rule (§4.3): a
+  // every target gets the whole down (xlabs, BFL control); otherwise kohya's rule (diffusers'
+  // _convert_kohya_flux_lora_to_diffusers): a
   // block-diagonal up with rank divisible by the part count is split into rank chunks, anything
   // else shares down.
   void add_fused(const BflModule& m, const at::Tensor& down, const at::Tensor& up, bool kohya_sparse_check,
@@ -143,7 +145,7 @@ class Reader {
     }
   }
 
-  // ---- kohya / sd-scripts (§4.3) ----
+  // ---- kohya / sd-scripts (diffusers' _convert_kohya_flux_lora_to_diffusers) ----
   void read_kohya() {
     const bool peft_inside = std::any_of(keys_.begin(), keys_.end(), [](const auto& k) { return starts_with(k, "transformer."); });
     if (peft_inside) return read_kohya_peft_inside();
@@ -195,7 +197,8 @@ class Reader {
       if (parts.count(".alpha")) {
         const at::Tensor a = tensor(parts.at(".alpha"));
         if (a.numel() != 1) fail("key " + parts.at(".alpha") + " must hold one number");
-        // diffusers discards the final layer's alphas (§4.3 †): mirrored so outputs match.
+        // diffusers discards the final layer's alphas (the leftover final_layer .alpha keys in
+        // _convert_kohya_flux_lora_to_diffusers): mirrored so outputs match.
         if (!final_layer) alpha = a.item<double>();
         if (!std::isfinite(alpha)) {
           fail("key " + parts.at(".alpha") + " holds " + c10::str(alpha) + "; alpha must be a finite number");
@@ -324,7 +327,7 @@ class Reader {
     check_all_used("kohya");
   }
 
-  // ---- xlabs (§4.4) ----
+  // ---- xlabs (diffusers' _convert_xlabs_flux_lora_to_diffusers) ----
   void read_xlabs() {
     for (const auto& key : keys_) {
       if (!ends_with(key, ".down.weight")) continue;
@@ -367,7 +370,7 @@ class Reader {
     check_all_used("xlabs");
   }
 
-  // ---- BFL control LoRA (§4.5) ----
+  // ---- BFL control LoRA (diffusers' _convert_bfl_flux_control_lora_to_diffusers) ----
   void read_bfl_control() {
     for (const auto& key : keys_) {
       if (ends_with(key, ".scale")) {
@@ -400,7 +403,7 @@ class Reader {
     check_all_used("bfl");
   }
 
-  // ---- PEFT / diffusers (§4.2) ----
+  // ---- PEFT / diffusers (FluxLoraLoaderMixin.lora_state_dict's default path) ----
   void read_peft() {
     const bool prefixed = std::any_of(keys_.begin(), keys_.end(), [](const auto& k) {
       return starts_with(k, "transformer.") || starts_with(k, "text_encoder.");

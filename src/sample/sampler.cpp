@@ -1,5 +1,6 @@
-// The denoising loop of diffusers' FluxPipeline.__call__ (PIPELINE.md §1.1-1.6, §2) and the
-// conversion of a decoded picture to 8-bit pixels (§1.7).
+// The denoising loop of diffusers' FluxPipeline.__call__ (pipelines/flux/pipeline_flux.py) and the
+// conversion of a decoded picture to 8-bit pixels (VaeImageProcessor.postprocess and numpy_to_pil
+// in image_processor.py).
 
 #include "remat/sample/sampler.h"
 
@@ -85,7 +86,8 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
   torch::NoGradGuard no_grad;
   const at::Tensor& model_weight = transformer.x_embedder->weight;
   const auto model = at::TensorOptions().device(model_weight.device()).dtype(model_weight.scalar_type());
-  // Latents live in the text encoder's dtype, like diffusers' prepare_latents (§1.2).
+  // Latents live in the text encoder's dtype, like diffusers' prepare_latents
+  // (FluxPipeline.__call__ passes prompt_embeds.dtype).
   const auto latent_dtype = positive.prompt_embeds.scalar_type();
 
   // Noise on a private CPU generator (bit-identical to torch.randn with the same seed), so no

@@ -1,12 +1,14 @@
-// FlowMatchSchedulerConfig and the Flux sampling schedule (PIPELINE.md §1.4, §1.6): diffusers'
-// FlowMatchEulerDiscreteScheduler.set_timesteps / step as FluxPipeline calls them.
+// FlowMatchSchedulerConfig and the Flux sampling schedule: diffusers'
+// FlowMatchEulerDiscreteScheduler.set_timesteps / step (schedulers/
+// scheduling_flow_match_euler_discrete.py) as FluxPipeline calls them.
 //
 // Note [Schedule precision]
 // diffusers computes the input sigmas in float64 (numpy linspace), converts them to float32, and
 // then shifts them with numpy float32 arithmetic: a Python float (exp(mu), mu, shift) meeting a
 // float32 array is rounded to float32 first. The shift below therefore works on float values
 // one operation at a time, in the same order, so the float32 sigmas match diffusers' bits
-// (a float64 evaluation differs in the 8th digit, §1.8).
+// (a float64 evaluation differs in the 8th digit; tests/sample/scheduler_test.cpp checks the
+// float32 bits of a recorded FluxPipeline run).
 
 #include "remat/sample/scheduler.h"
 
@@ -203,7 +205,8 @@ at::Tensor flow_match_euler_step(const at::Tensor& sample, const at::Tensor& vel
                       " must have the same shape");
   }
   // dt is a 0-dim float32 tensor: by PyTorch's promotion rules dt * velocity stays in velocity's
-  // dtype (rounded there for bfloat16), and the sum with the float32 sample is float32 (§1.6).
+  // dtype (rounded there for bfloat16), and the sum with the float32 sample is float32
+  // (FlowMatchEulerDiscreteScheduler.step).
   const at::Tensor sigmas = schedule.sigmas.to(velocity.device());
   const at::Tensor dt = sigmas[step_index + 1] - sigmas[step_index];
   return (sample.to(at::kFloat) + dt * velocity).to(velocity.scalar_type());

@@ -338,8 +338,9 @@ std::vector<OptionSpec> build_registry() {
                "several datasets instead. remat's own: SimpleTuner names folders only in "
                "data_backend_config."));
   // ---- image datasets: SimpleTuner's global data options (field registry sections data.py and
-  // advanced.py; documentation/OPTIONS.md, DATALOADER.md). Each is the default of every dataset
-  // of data_backend_config that does not set the key itself. ----
+  // advanced.py; https://github.com/bghira/SimpleTuner/blob/main/documentation/OPTIONS.md,
+  // https://github.com/bghira/SimpleTuner/blob/main/documentation/DATALOADER.md). Each is the
+  // default of every dataset of data_backend_config that does not set the key itself. ----
   add(Opt(kData, "data_backend_config", T::Path, bind_field(&C::data_backend_config),
           "Path to your SimpleTuner dataset configuration (multidatabackend.json)")
       .nullable()

@@ -1,7 +1,9 @@
 // The gradient-checkpointing safety check, after SimpleTuner's
 // helpers/training/default_settings/safety_check.py (interval and segment-stride rules) and the
-// backend rules of its Flux/MageFlow transformers (MODELS.md §5). Rule numbers refer to the list
-// in safety_check.h.
+// backend rules of its Flux/MageFlow transformers (FluxTransformer2DModel.forward in
+// simpletuner/helpers/models/flux/transformer.py, MageFlowTransformer2DModel.forward in
+// simpletuner/helpers/models/mageflow/transformer.py). Rule numbers refer to the list in
+// safety_check.h.
 #include "remat/train/safety_check.h"
 #include "remat/models/config_limits.h"
 

@@ -1,4 +1,5 @@
-// read_data_backend_config: SimpleTuner's keys, defaults and rules (documentation/DATALOADER.md,
+// read_data_backend_config: SimpleTuner's keys, defaults and rules
+// (https://github.com/bghira/SimpleTuner/blob/main/documentation/DATALOADER.md,
 // helpers/data_backend/factory.py, config/image.py, config/validators.py), every error naming the
 // file, the backend id, the key, the value and what is supported; one warning for every key
 // remat does not implement.

@@ -31,7 +31,9 @@ TEST(T5Config, XxlMatchesFluxTextEncoder2) {
 
 // The published size of google/t5-v1_1-xxl's encoder as Flux ships it: its safetensors index
 // lists total_size 9,524,621,312 bytes of bf16, i.e. 4,762,310,656 parameters. Recomputed here
-// term by term from the key list (ENCODERS.md §3.2), independently of parameter_count's formula.
+// term by term from the key list (docs/T5.md, "Model and keys"; transformers'
+// src/transformers/models/t5/modeling_t5.py, T5EncoderModel), independently of parameter_count's
+// formula.
 TEST(T5Config, XxlParameterCountIsThePublishedOne) {
   const int64_t V = 32128, D = 4096, inner = 64 * 64, F = 10240, L = 24;
   const int64_t per_block = 3 * inner * D /*q,k,v*/ + D * inner /*o*/ + D /*norm*/ +

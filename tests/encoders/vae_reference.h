@@ -1,7 +1,9 @@
 #pragma once
-// Float64 references for the VAE tests, written from the published formulas (ENCODERS.md §1.2-
-// §1.5) with elementary tensor ops only: no at::conv2d, group_norm, softmax, silu or interpolate,
-// so a mistake in the library's use of those kernels cannot hide in the reference too.
+// Float64 references for the VAE tests, written from the formulas of diffusers' code (resnet.py
+// ResnetBlock2D, downsampling.py Downsample2D, upsampling.py Upsample2D, the mid-block Attention,
+// autoencoders/vae.py Encoder and Decoder) with elementary tensor ops only: no at::conv2d,
+// group_norm, softmax, silu or interpolate, so a mistake in the library's use of those kernels
+// cannot hide in the reference too.
 // Weights are looked up by diffusers' key names in a flat parameter map.
 
 #include <cmath>

@@ -231,7 +231,7 @@ TEST_F(VaeTest, FluxKeysShapesAndPublishedParameterCount) {
   const auto config = AutoencoderKLConfig::flux();
   const auto shapes = parameter_shapes(config);
   std::map<std::string, std::vector<int64_t>> by_key(shapes.begin(), shapes.end());
-  EXPECT_EQ(shapes.size(), 244u);  // ENCODERS.md §1.6: encoder 106, decoder 138
+  EXPECT_EQ(shapes.size(), 244u);  // diffusers' state_dict: encoder 106, decoder 138
   int64_t encoder_tensors = 0;
   for (const auto& s : shapes) encoder_tensors += s.first.rfind("encoder.", 0) == 0;
   EXPECT_EQ(encoder_tensors, 106);
@@ -246,7 +246,7 @@ TEST_F(VaeTest, FluxKeysShapesAndPublishedParameterCount) {
   EXPECT_EQ(by_key.count("quant_conv.weight"), 0u);
   EXPECT_EQ(by_key.count("post_quant_conv.weight"), 0u);
   EXPECT_EQ(by_key.count("decoder.up_blocks.3.upsamplers.0.conv.weight"), 0u);
-  EXPECT_EQ(parameter_count(config), 83819683);  // published figure (ENCODERS.md §1.7)
+  EXPECT_EQ(parameter_count(config), 83819683);  // as diffusers' AutoencoderKL (docs/VAE.md)
   int64_t encoder_params = 0;
   for (const auto& [key, shape] : shapes) {
     if (key.rfind("encoder.", 0) == 0) {
@@ -259,7 +259,9 @@ TEST_F(VaeTest, FluxKeysShapesAndPublishedParameterCount) {
 }
 
 TEST_F(VaeTest, DiffusersTinyPipelineVaeCounts) {
-  // The tiny pipeline's VAE of ENCODERS.md §1.1: 176 tensors and 1,049,603 parameters.
+  // The VAE of the tiny diffusers pipeline the encoder parity runs used (block_out_channels
+  // [32, 32, 64, 64], layers_per_block 1): 176 tensors and 1,049,603 parameters in upstream's
+  // AutoencoderKL.
   auto config = AutoencoderKLConfig::flux();
   config.block_out_channels = {32, 32, 64, 64};
   config.layers_per_block = 1;

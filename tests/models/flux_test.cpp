@@ -1,5 +1,6 @@
 // Flux: registered keys and parameter counts, single-block numerics against plain-tensor
-// references written from MODELS.md §1.6/§1.7, config parsing and input validation.
+// references written from diffusers' FluxTransformerBlock / FluxSingleTransformerBlock
+// (src/diffusers/models/transformers/transformer_flux.py), config parsing and input validation.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -163,7 +164,8 @@ TEST_F(FluxTest, TinyModelRegistersDiffusersKeys) {
     int64_t total = 0;
     for (const auto& item : params) total += item.value().numel();
     EXPECT_EQ(total, parameter_count(config)) << name;
-    // §1.11: 20 top-level keys with guidance, 32 per double block, 14 per single block.
+    // diffusers' key set: 20 top-level keys with guidance, 32 per double block, 14 per single
+    // block.
     EXPECT_EQ(static_cast<int64_t>(params.size()),
               20 + 32 * config.num_layers + 14 * config.num_single_layers)
         << name;

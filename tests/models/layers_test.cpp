@@ -1,4 +1,6 @@
-// Shared layers against the MODELS.md formulas evaluated independently here in float64 loops:
+// Shared layers against the formulas of the upstream code (diffusers' FluxPosEmbed,
+// get_timestep_embedding, FluxPipeline._pack_latents, RMSNorm; the vendored MageFlow
+// get_timestep_embedding in SimpleTuner) evaluated independently here in float64 loops:
 // RoPE tables and rotation, timestep sinusoids (Flux and MageFlow), latent packing, norms.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

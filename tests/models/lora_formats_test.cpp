@@ -93,7 +93,8 @@ std::vector<Fused> fused_groups(const FluxConfig& c) {
   }
   return out;
 }
-// The one-to-one Linear rows (diffusers -> BFL), from PIPELINE.md §3.
+// The one-to-one Linear rows (diffusers -> BFL), from diffusers'
+// convert_flux_transformer_checkpoint_to_diffusers.
 std::vector<std::pair<std::string, std::string>> plain_layers(const FluxConfig& c) {
   std::vector<std::pair<std::string, std::string>> out = {
       {"x_embedder", "img_in"}, {"context_embedder", "txt_in"},

@@ -28,7 +28,8 @@ class MageFlowTest : public ::testing::Test {
   void SetUp() override { torch::manual_seed(0); }
 };
 
-// msrope angles (ΣL, d/2) from the §2.4 description, float64 loops.
+// msrope angles (ΣL, d/2) as the vendored MageFlowEmbedRope (mage_layers.py) builds them, float64
+// loops.
 at::Tensor ref_msrope_angles(const std::vector<ImageShape>& shapes, const std::vector<int64_t>& axes) {
   std::vector<double> values;
   for (size_t idx = 0; idx < shapes.size(); ++idx) {

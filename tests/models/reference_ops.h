@@ -1,6 +1,7 @@
 #pragma once
-// Reference math for the models tests, written from the MODELS.md formulas in plain tensor ops
-// (float64), calling nothing from the implementation.
+// Reference math for the models tests, written from the formulas of the upstream code (diffusers'
+// transformer_flux.py, embeddings.py, normalization.py; SimpleTuner's vendored MageFlow
+// mage_layers.py) in plain tensor ops (float64), calling nothing from the implementation.
 
 #include <torch/torch.h>
 

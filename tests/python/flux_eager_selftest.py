@@ -2,8 +2,9 @@
 """Self-test of bench/flux_model.py (the model behind bench/flux_eager.py) and bench/safetensors_lite.py, without the C++ side.
 
 Each check compares against an independent computation: gradients without checkpointing, RoPE and
-the timestep embedding from their formulas in float64, the key set from the tables of MODELS.md
-§1.11, rotation as complex multiplication, attention in float64.
+the timestep embedding from their formulas in float64, the key set of diffusers'
+FluxTransformer2DModel (the modules its __init__ and its blocks register), rotation as complex
+multiplication, attention in float64.
 
 usage: flux_eager_selftest.py [source dir]   (default: two levels above this file)
 """
@@ -256,7 +257,7 @@ class NumericsTest(unittest.TestCase):
 
 
 def expected_keys(config):
-    """Key names from the tables of MODELS.md §1.11, enumerated independently of the model."""
+    """Key names of diffusers' FluxTransformer2DModel, enumerated independently of the model."""
     def linear(prefix):
         return [prefix + ".weight", prefix + ".bias"]
     keys = linear("x_embedder") + linear("context_embedder") + linear("norm_out.linear") + linear("proj_out")

@@ -71,9 +71,10 @@ TEST_F(SamplerTest, OneStepIsNoiseMinusVelocity) {
 }
 
 TEST(SamplerNoiseTest, IsDiffusersNoiseForTheSeed) {
-  // PIPELINE.md §1.8: diffusers' FluxPipeline at 64 x 48 with seed 7 drew torch.randn((1, 16, 8, 6))
-  // from a CPU generator; these are its first values (AVX2 kernel; the scalar kernel differs by
-  // at most 1e-6). denoise draws its noise exactly so (the tests above rebuild it the same way).
+  // Recorded from diffusers' FluxPipeline on a tiny pipeline: at 64 x 48 with seed 7 it drew
+  // torch.randn((1, 16, 8, 6)) from a CPU generator; these are its first values (AVX2 kernel; the
+  // scalar kernel differs by at most 1e-6). denoise draws its noise exactly so (the tests above
+  // rebuild it the same way).
   auto generator = at::detail::createCPUGenerator(7);
   const at::Tensor noise = at::randn({1, 16, 8, 6}, generator, at::kFloat);
   const at::Tensor token0 = models::flux_pack_latents(noise)[0][0].slice(0, 0, 6);

@@ -2,7 +2,8 @@
 /// \file
 /// SimpleTuner's dataset configuration: the `--data_backend_config` file (multidatabackend.json, a
 /// JSON list of backends) and the single-folder shortcut `--instance_data_dir DIR` with the global
-/// data options. Same key names and meanings as SimpleTuner's documentation/DATALOADER.md; what
+/// data options. Same key names and meanings as SimpleTuner's
+/// https://github.com/bghira/SimpleTuner/blob/main/documentation/DATALOADER.md; what
 /// remat does not implement is warned about (keys that do not change the result) or refused
 /// (backend types, values). Everything here is checked before any model is loaded.
 

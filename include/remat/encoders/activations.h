@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The activations of Flux's text encoders, computed with the same chain of operations as
-/// transformers (ENCODERS.md, "Activations"), so bf16 results round exactly as upstream does.
+/// transformers (src/transformers/activations.py: NewGELUActivation for gelu_new,
+/// QuickGELUActivation for quick_gelu), so bf16 results round exactly as upstream does.
 /// A fused kernel (at::gelu(x, "tanh")) computes in fp32 and rounds once; these round after every
 /// op, as transformers' Python does, and can differ from the fused kernel in the last bits.
 

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Flux's VAE: diffusers' AutoencoderKL in LibTorch (ENCODERS.md §1), with diffusers' state-dict
+/// Flux's VAE: diffusers' AutoencoderKL in LibTorch (src/diffusers/models/autoencoders/
+/// autoencoder_kl.py and vae.py; docs/VAE.md), with diffusers' state-dict
 /// key names, so `vae/diffusion_pytorch_model.safetensors` loads without remapping.
 ///
 ///   AutoencoderKL vae = load_autoencoder_kl(path, AutoencoderKLConfig::flux(), at::kBFloat16);
@@ -29,7 +30,7 @@
 
 namespace remat::encoders {
 
-/// diffusers' DiagonalGaussianDistribution over the encoder's moments (ENCODERS.md §1.4):
+/// diffusers' DiagonalGaussianDistribution (models/autoencoders/vae.py) over the encoder's moments:
 /// mean, logvar = moments.chunk(2, dim 1); logvar clamped to [-30, 20]; std = exp(logvar / 2);
 /// var = exp(logvar). Tensors are (B, c_z, h, w) in the moments' dtype.
 struct REMAT_API DiagonalGaussian {

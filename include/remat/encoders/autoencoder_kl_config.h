@@ -2,7 +2,7 @@
 /// \file
 /// The configuration of diffusers' AutoencoderKL (the Flux VAE's `vae/config.json`), read and
 /// written in diffusers' format, plus the parameter list the configuration implies (computed
-/// without allocating a tensor). ENCODERS.md §1.1, §1.6, §1.7.
+/// without allocating a tensor). See docs/VAE.md, "Configuration".
 
 #include <cstdint>
 #include <string>

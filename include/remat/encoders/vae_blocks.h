@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// The building blocks of diffusers' AutoencoderKL (ENCODERS.md §1.2), registered under
-/// diffusers' key names: ResnetBlock2D (`norm1 conv1 norm2 conv2 [conv_shortcut]`),
+/// The building blocks of diffusers' AutoencoderKL (src/diffusers/models/: resnet.py,
+/// downsampling.py, upsampling.py, attention_processor.py, unets/unet_2d_blocks.py), registered
+/// under diffusers' key names: ResnetBlock2D (`norm1 conv1 norm2 conv2 [conv_shortcut]`),
 /// Downsample2D (`conv`), Upsample2D (`conv`), the mid-block attention
 /// (`group_norm to_q to_k to_v to_out.0`) and UNetMidBlock2D (`attentions.0 resnets.{0,1}`).
 /// Every GroupNorm uses eps 1e-6. Inputs are (B, C, H, W) in the dtype of the weights
@@ -72,7 +73,8 @@ class REMAT_API Upsample2DImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Upsample2D);
 
-/// The mid block's single-head self-attention over the H x W positions (ENCODERS.md §1.2):
+/// The mid block's single-head self-attention over the H x W positions (diffusers' Attention with
+/// AttnProcessor2_0, attention_processor.py):
 /// t = GroupNorm(x) as (B, HW, C); y = to_out.0(softmax(q k^T / sqrt(C)) v) back to (B, C, H, W),
 /// plus x. Queries are processed in chunks (Note [Chunked attention] in vae_blocks.cpp), so a
 /// 1024x1024 image never holds the 16384 x 16384 score matrix. For bf16/fp16 inputs the scores,

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// diffusers' AutoencoderKL tiling (ENCODERS.md §1.10): a large input is cut into overlapping
+/// diffusers' AutoencoderKL tiling (autoencoder_kl.py: _tiled_encode, tiled_decode, blend_v,
+/// blend_h; docs/VAE.md, "Slicing and tiling"): a large input is cut into overlapping
 /// square tiles, each tile runs through the encoder (or decoder) on its own, and neighbouring
 /// outputs are cross-faded over the overlap. Memory is bounded by one tile's pass; the result
 /// differs from the untiled one (GroupNorm statistics and attention only see a tile).

@@ -2,7 +2,9 @@
 /// \file
 /// DiT pieces shared by Flux.1 and MageFlow: rotary position tables and their interleaved-pair
 /// application, the joint q/k-normalised attention, and the Flux double- and single-stream
-/// blocks (MODELS.md §1.5–§1.7). MageFlow's block (mageflow.h) reuses the attention projections.
+/// blocks (diffusers src/diffusers/models/transformers/transformer_flux.py: FluxPosEmbed,
+/// FluxAttnProcessor, FluxTransformerBlock, FluxSingleTransformerBlock). MageFlow's block
+/// (mageflow.h) reuses the attention projections.
 
 #include <cstdint>
 #include <optional>
@@ -26,7 +28,8 @@ struct RotaryTables {
   at::Tensor sin;
 };
 
-/// Flux's FluxPosEmbed (MODELS.md §1.5): ids (N, 3) (any float dtype; text rows first),
+/// diffusers' FluxPosEmbed (transformer_flux.py, through get_1d_rotary_pos_embed of
+/// models/embeddings.py): ids (N, 3) (any float dtype; text rows first),
 /// axes_dims summing to d. For axis a, inv[j] = 1 / theta^(2j / dim_a) and angle = pos * inv are
 /// computed in float64, cos/sin taken in float64 and cast to float32; lanes are the axes in order.
 REMAT_API RotaryTables flux_rope_tables(const at::Tensor& ids, const std::vector<int64_t>& axes_dims,
@@ -77,7 +80,7 @@ class REMAT_API AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-/// Flux double-stream block `transformer_blocks.{i}` (MODELS.md §1.6).
+/// Flux double-stream block `transformer_blocks.{i}` (diffusers' FluxTransformerBlock.forward).
 class REMAT_API FluxTransformerBlockImpl : public torch::nn::Module {
  public:
   FluxTransformerBlockImpl(int64_t dim, int64_t heads);
@@ -97,7 +100,8 @@ class REMAT_API FluxTransformerBlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FluxTransformerBlock);
 
-/// Flux single-stream block `single_transformer_blocks.{j}` (MODELS.md §1.7).
+/// Flux single-stream block `single_transformer_blocks.{j}` (diffusers'
+/// FluxSingleTransformerBlock.forward).
 class REMAT_API FluxSingleTransformerBlockImpl : public torch::nn::Module {
  public:
   FluxSingleTransformerBlockImpl(int64_t dim, int64_t heads, int64_t mlp_ratio = 4);

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Flux.1 transformer (diffusers FluxTransformer2DModel, MODELS.md §1), weight-compatible with
+/// Flux.1 transformer (diffusers FluxTransformer2DModel, in
+/// src/diffusers/models/transformers/transformer_flux.py), weight-compatible with
 /// the published diffusers checkpoints: parameters carry the diffusers key names
 /// (`transformer_blocks.0.attn.to_out.0.weight`, ...), so a state dict loads without remapping.
 
@@ -45,7 +46,8 @@ struct REMAT_API FluxConfig {
   /// summing to attention_head_dim).
   void validate() const;
 
-  /// "flux-dev", "flux-schnell" (the published sizes, §1.1), "flux-tiny" (2 + 2 blocks, hidden 64
+  /// "flux-dev", "flux-schnell" (the published sizes: FluxTransformer2DModel's constructor
+  /// defaults, with guidance_embeds for dev only), "flux-tiny" (2 + 2 blocks, hidden 64
   /// = 2 heads x 32, joint 32, pooled 16, in 64, guidance) and "flux-small" (4 + 8 blocks,
   /// hidden 128 = 2 heads x 64, joint 64, pooled 32, in 64, guidance). Throws
   /// c10::ValueError listing the names otherwise.
@@ -89,7 +91,8 @@ class REMAT_API FluxImpl : public torch::nn::Module {
                      const std::vector<at::Tensor>& controlnet_block_samples = {},
                      const std::vector<at::Tensor>& controlnet_single_block_samples = {});
 
-  /// temb (B, D) = timestep + [guidance] + pooled-text embeddings (§1.4).
+  /// temb (B, D) = timestep + [guidance] + pooled-text embeddings (diffusers'
+  /// CombinedTimestepGuidanceTextProjEmbeddings / CombinedTimestepTextProjEmbeddings).
   at::Tensor time_text_embedding(const at::Tensor& timestep, const std::optional<at::Tensor>& guidance,
                                  const at::Tensor& pooled_projections, at::ScalarType dtype);
 
@@ -125,8 +128,8 @@ class REMAT_API FluxImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Flux);
 
-/// Packs VAE latents 2x2 (§1.3): (B, C, h, w) with h, w even -> (B, (h/2)(w/2), 4C); token
-/// r * (w/2) + c, channel c16 * 4 + dy * 2 + dx.
+/// Packs VAE latents 2x2 (diffusers' FluxPipeline._pack_latents): (B, C, h, w) with h, w even
+/// -> (B, (h/2)(w/2), 4C); token r * (w/2) + c, channel c16 * 4 + dy * 2 + dx.
 REMAT_API at::Tensor flux_pack_latents(const at::Tensor& latents);
 /// Inverse of flux_pack_latents: (B, (h/2)(w/2), 4C) -> (B, C, h, w); h, w are the latent size.
 REMAT_API at::Tensor flux_unpack_latents(const at::Tensor& packed, int64_t height, int64_t width);

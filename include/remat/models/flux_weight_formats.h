@@ -2,7 +2,8 @@
 /// \file
 /// Black Forest Labs' single-file Flux.1 transformer layout (`double_blocks.N.img_attn.qkv.weight`,
 /// `single_blocks.N.linear1.weight`, `final_layer.adaLN_modulation.1.weight` ...) next to diffusers'
-/// (PIPELINE.md §3, diffusers' convert_flux_transformer_checkpoint_to_diffusers).
+/// (diffusers' convert_flux_transformer_checkpoint_to_diffusers in
+/// src/diffusers/loaders/single_file_utils.py; docs/WEIGHT_FORMATS.md).
 ///
 /// The mapping between the two is written down once, as the pattern table returned by
 /// flux_bfl_module_patterns(). Everything else is derived from it: the per-tensor table for one
@@ -45,7 +46,7 @@ struct BflModulePattern {
   bool guidance_only = false;
 };
 
-/// The table (PIPELINE.md §3), in BFL file order.
+/// The table (rendered in docs/WEIGHT_FORMATS.md, "The key table"), in BFL file order.
 REMAT_API const std::vector<BflModulePattern>& flux_bfl_module_patterns();
 
 /// One BFL module of a concrete model: the pattern with the block index filled in and the split

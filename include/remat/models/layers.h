@@ -1,9 +1,12 @@
 #pragma once
 /// \file
-/// Building blocks shared by the Flux.1 and MageFlow transformers (MODELS.md §0, §1.4, §2.3):
-/// a Linear with optional LoRA, parameter-free LayerNorm, RMSNorm, the GELU-tanh FeedForward,
-/// AdaLN modulations and the sinusoidal timestep embeddings. Module and parameter names follow
-/// the diffusers checkpoints so a state dict loads without remapping.
+/// Building blocks shared by the Flux.1 and MageFlow transformers: a Linear with optional LoRA,
+/// parameter-free LayerNorm, RMSNorm, the GELU-tanh FeedForward, AdaLN modulations and the
+/// sinusoidal timestep embeddings (diffusers src/diffusers/models/: normalization.py RMSNorm,
+/// AdaLayerNormZero, AdaLayerNormZeroSingle, AdaLayerNormContinuous; attention.py FeedForward;
+/// embeddings.py Timesteps, TimestepEmbedding; and SimpleTuner's vendored MageFlow variant in
+/// simpletuner/helpers/models/mageflow/vendor/models/modules/mage_layers.py). Module and parameter
+/// names follow the diffusers checkpoints so a state dict loads without remapping.
 
 #include <cstdint>
 #include <utility>
@@ -203,16 +206,19 @@ class REMAT_API AdaLayerNormContinuousImpl : public torch::nn::Module {
 TORCH_MODULE(AdaLayerNormContinuous);
 
 /// Sinusoidal timestep projection of diffusers `Timesteps(num_channels, flip_sin_to_cos=True,
-/// downscale_freq_shift=0, scale=1)` as Flux uses it (MODELS.md §1.4): freq_k =
-/// exp(-ln(10000) k / half) in float32, arg = float32(t) * freq_k, result [cos(arg) | sin(arg)],
+/// downscale_freq_shift=0, scale=1)` as Flux uses it (models/embeddings.py,
+/// get_timestep_embedding): freq_k = exp(-ln(10000) k / half) in float32,
+/// arg = float32(t) * freq_k, result [cos(arg) | sin(arg)],
 /// float32 (B, num_channels). `t` (B) is the already-scaled timestep (Flux multiplies by 1000 in the
 /// activation dtype before calling this). num_channels must be even.
 REMAT_API at::Tensor flux_timestep_projection(const at::Tensor& t, int64_t num_channels = 256);
 
-/// MageFlow's vendored variant (MODELS.md §2.3): t (n) and the float32 frequency table are cast to
-/// `dtype`, the model's activation dtype (so rounded for a bfloat16 or half model, unchanged in a
-/// float32 one), arg = 1000 * (float32(t) * freq) in the promoted dtype, result [cos | sin]:
-/// (n, num_channels) float32, or float64 for a float64 `dtype`.
+/// MageFlow's vendored variant (get_timestep_embedding in SimpleTuner's
+/// simpletuner/helpers/models/mageflow/vendor/models/modules/mage_layers.py): t (n) and the
+/// float32 frequency table are cast to `dtype`, the model's activation dtype (so rounded for a
+/// bfloat16 or half model, unchanged in a float32 one), arg = 1000 * (float32(t) * freq) in the
+/// promoted dtype, result [cos | sin]: (n, num_channels) float32, or float64 for a float64
+/// `dtype`.
 REMAT_API at::Tensor mageflow_timestep_projection(const at::Tensor& t, int64_t num_channels,
                                                   at::ScalarType dtype);
 

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// LoRA on remat::models::Linear layers with PEFT's module matching and file key names
-/// (MODELS.md §1.13, §2.7).
+/// LoRA on remat::models::Linear layers with PEFT's module matching (check_target_module_exists in
+/// peft's src/peft/tuners/tuners_utils.py) and file key names (the `transformer.` prefix of
+/// diffusers' FluxLoraLoaderMixin.save_lora_weights).
 
 #include <cstdint>
 #include <map>
@@ -41,13 +42,15 @@ REMAT_API std::vector<std::string> apply_lora(torch::nn::Module& module,
                                               int64_t rank, double alpha);
 
 /// SimpleTuner's Flux target suffix lists, by preset: "default", "all", "context",
-/// "context+ffs", "all+ffs", "all+ffs+embedder", "ai-toolkit", "tiny", "nano" (MODELS.md §1.13;
+/// "context+ffs", "all+ffs", "all+ffs+embedder", "ai-toolkit", "tiny", "nano" (SimpleTuner's
+/// Flux.get_lora_target_layers in simpletuner/helpers/models/flux/model.py;
 /// the fused to_qkv / add_qkv_proj names are omitted, these models have no fused projections).
 /// Throws c10::ValueError naming the valid presets otherwise.
 REMAT_API std::vector<std::string> flux_lora_target_modules(const std::string& preset);
 /// The Flux preset names, in the order above.
 REMAT_API std::vector<std::string> flux_lora_target_preset_names();
-/// MageFlow's target suffix list (§2.7): preset "default" only.
+/// MageFlow's target suffix list (SimpleTuner's MageFlow.DEFAULT_LORA_TARGET in
+/// simpletuner/helpers/models/mageflow/model.py): preset "default" only.
 REMAT_API std::vector<std::string> mageflow_lora_target_modules(const std::string& preset);
 
 /// The LoRA factors in PEFT file format: {"transformer.<path>.lora_A.weight": (r, in),

@@ -3,8 +3,10 @@
 /// The Flux LoRA file formats people share, read into one form and applied to a model: PEFT /
 /// diffusers (what remat writes), kohya / sd-scripts (`lora_unet_double_blocks_0_img_attn_qkv.
 /// lora_down.weight` with `.alpha`), Black Forest Labs' control-LoRA layout and XLabs'
-/// (PIPELINE.md §4, diffusers' lora_conversion_utils). The key mapping between Black Forest
-/// Labs' names and diffusers' is one table (remat/models/flux_weight_formats.h).
+/// (diffusers' FluxLoraLoaderMixin.lora_state_dict in src/diffusers/loaders/lora_pipeline.py and
+/// the converters of loaders/lora_conversion_utils.py; docs/WEIGHT_FORMATS.md). The key mapping
+/// between Black Forest Labs' names and diffusers' is one table
+/// (remat/models/flux_weight_formats.h).
 
 #include <map>
 #include <string>

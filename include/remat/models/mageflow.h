@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// MageFlow transformer (SimpleTuner MageFlowTransformer2DModel wrapping the vendored MageFlow,
-/// MODELS.md §2): a Flux-style MMDiT with double-stream blocks only, varlen-packed batches (batch
-/// dimension 1, samples delimited by cu_seqlens, attention within each sample) and a centred 2-D
-/// "msrope" on image tokens only. Parameters carry the reference key names (`img_mod.1.weight`,
+/// simpletuner/helpers/models/mageflow/transformer.py and vendor/models/mage_flow.py): a
+/// Flux-style MMDiT with double-stream blocks only, varlen-packed batches (batch dimension 1,
+/// samples delimited by cu_seqlens, attention within each sample) and a centred 2-D "msrope" on
+/// image tokens only. Parameters carry the reference key names (`img_mod.1.weight`,
 /// `img_mlp.net.0.proj.weight`, ...).
 
 #include <array>
@@ -49,8 +50,9 @@ struct REMAT_API MageFlowConfig {
   /// of three even entries summing to the head dim, sizes >= 1).
   void validate() const;
 
-  /// "mageflow-4b" (§2.1: 12 blocks, hidden 3072, context 2560), "mageflow-tiny" (2 blocks,
-  /// hidden 64 = 2 heads x 32, context 32, 128 channels) and "mageflow-small" (6 blocks, hidden
+  /// "mageflow-4b" (MageFlowTransformer2DModel.__init__'s defaults: 12 blocks, hidden 3072,
+  /// context 2560), "mageflow-tiny" (2 blocks, hidden 64 = 2 heads x 32, context 32, 128
+  /// channels) and "mageflow-small" (6 blocks, hidden
   /// 128 = 2 heads x 64, context 64, 128 channels). Throws c10::ValueError otherwise.
   static MageFlowConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();
@@ -73,7 +75,8 @@ REMAT_API int64_t state_dict_key_count(const MageFlowConfig& config);
 /// One image of a pack: (frames, h, w) in latent tokens. frames must be 1.
 using ImageShape = std::array<int64_t, 3>;
 
-/// MageFlow's msrope tables for the images of a pack (§2.4), (ΣL_img, d) float32 with each
+/// MageFlow's msrope tables for the images of a pack (the vendored MageFlowEmbedRope in
+/// mage_layers.py), (ΣL_img, d) float32 with each
 /// angle repeated for its pair: frame axis position = index of the image in `img_shapes`, height /
 /// width positions centred (r - ceil(h/2), c - ceil(w/2)), inv[j] = 1 / theta^(2j/dim_a) and the
 /// angles computed in float32.
@@ -99,7 +102,7 @@ struct REMAT_API PackedSamples {
                                        std::optional<int64_t> img_tokens = std::nullopt);
 };
 
-/// Block `transformer_blocks.{i}` (§2.5).
+/// Block `transformer_blocks.{i}` (the vendored MageFlowTransformerBlock in mage_layers.py).
 class REMAT_API MageFlowTransformerBlockImpl : public torch::nn::Module {
  public:
   MageFlowTransformerBlockImpl(int64_t dim, int64_t heads);

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Flux.1 text-to-image sampling (diffusers' FluxPipeline.__call__, PIPELINE.md §1-2) on a
+/// Flux.1 text-to-image sampling (diffusers' FluxPipeline.__call__ in
+/// src/diffusers/pipelines/flux/pipeline_flux.py) on a
 /// transformer that is already built: the denoising loop from prompt embeddings to latents, and
 /// the conversion of decoded pictures to 8-bit pixels. `remat sample` (remat/sample/pipeline.h)
 /// and validation during training both run exactly this loop.

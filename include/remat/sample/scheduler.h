@@ -1,7 +1,9 @@
 #pragma once
 /// \file
 /// The flow-matching Euler sampler schedule of Flux.1: diffusers' FlowMatchEulerDiscreteScheduler
-/// as FluxPipeline drives it (PIPELINE.md §1.4, §1.6). With dynamic shifting (dev) the sigmas are
+/// as FluxPipeline drives it (src/diffusers/schedulers/scheduling_flow_match_euler_discrete.py,
+/// set_timesteps and step; calculate_shift in pipelines/flux/pipeline_flux.py). With dynamic
+/// shifting (dev) the sigmas are
 /// shifted by a resolution-dependent mu; without it (schnell) by the constant `shift`.
 
 #include <cstdint>

@@ -104,7 +104,8 @@ struct TrainConfig {
   /// LoRA scale numerator (scale = alpha / rank). Unset on input means alpha = rank; after
   /// load_train_config it always holds a value.
   std::optional<double> lora_alpha;
-  /// Which Flux modules get LoRA adapters (MODELS.md §1.13): default, all, context, context+ffs,
+  /// Which Flux modules get LoRA adapters (SimpleTuner's Flux.get_lora_target_layers in
+  /// simpletuner/helpers/models/flux/model.py): default, all, context, context+ffs,
   /// all+ffs, all+ffs+embedder, ai-toolkit, tiny, nano.
   std::string flux_lora_target = "all";
 

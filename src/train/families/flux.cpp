@@ -1,6 +1,7 @@
-// The Flux.1 family (MODELS.md §1): its descriptor, its options and its adapter to
-// remat::train::Transformer, which owns Flux's batch layout (2x2-packed latents with position ids,
-// T5 states and CLIP's pooled embedding, a guidance input for the guidance-distilled models).
+// The Flux.1 family (diffusers FluxTransformer2DModel): its descriptor, its options and its
+// adapter to remat::train::Transformer, which owns Flux's batch layout (2x2-packed latents with
+// position ids, T5 states and CLIP's pooled embedding, a guidance input for the
+// guidance-distilled models).
 #include <cmath>
 
 #include <torch/torch.h>

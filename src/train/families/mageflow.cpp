@@ -1,4 +1,4 @@
-// The MageFlow family (MODELS.md §2): its descriptor and its adapter to
+// The MageFlow family (SimpleTuner's MageFlowTransformer2DModel): its descriptor and its adapter to
 // remat::train::Transformer, which owns MageFlow's batch layout (packed variable-length samples).
 #include <torch/torch.h>
 
