@@ -29,7 +29,7 @@ struct Server::Impl {
   int port = 0;
   httplib::Server http;
   detail::ApiContext context;
-  detail::PlanCache plans;
+  std::unique_ptr<detail::PlanCache> plans;
   // Declared last: destroyed first, so runs are stopped before the rest goes.
   std::unique_ptr<detail::RunManager> runs;
 };
@@ -86,6 +86,14 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
     throw_value_error("[ui] --workspace must be a directory remat can create and write, got '" +
                       root.string() + "'");
   }
+  if (!(impl_->options.plan_timeout_s > 0)) {
+    throw_value_error("[ui] plan_timeout_s must be a number of seconds > 0, got " +
+                      std::to_string(impl_->options.plan_timeout_s));
+  }
+  if (impl_->options.plan_memory_limit_bytes < 0) {
+    throw_value_error("[ui] plan_memory_limit_bytes must be a number of bytes > 0, or 0 for the default, got " +
+                      std::to_string(impl_->options.plan_memory_limit_bytes));
+  }
   impl_->workspace = fs::canonical(root).string();
   impl_->context.workspace = impl_->workspace;
   if (!is_loopback_host(impl_->options.host)) impl_->token = detail::random_token();
@@ -94,7 +102,9 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
   if (executable.empty()) throw_value_error("[ui] cannot find this program's executable (/proc/self/exe)");
   impl_->runs = std::make_unique<detail::RunManager>(impl_->workspace, executable);
   impl_->context.runs = impl_->runs.get();
-  impl_->context.plans = &impl_->plans;
+  impl_->plans = std::make_unique<detail::PlanCache>(executable, impl_->options.plan_memory_limit_bytes,
+                                                     impl_->options.plan_timeout_s);
+  impl_->context.plans = impl_->plans.get();
 
   httplib::Server& http = impl_->http;
   http.set_payload_max_length(impl_->options.max_body_bytes);
@@ -199,6 +209,8 @@ std::string Server::url() const {
 void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() {
+  // A step profile still running is killed: stopping must not wait for its timeout.
+  if (impl_->plans) impl_->plans->cancel();
   if (impl_->http.is_running()) impl_->http.stop();
 }
 

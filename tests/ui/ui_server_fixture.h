@@ -27,7 +27,7 @@ class UiServer {
  public:
   explicit UiServer(remat::ui::ServerOptions options) {
     options.port = 0;
-    options.remat_executable = remat::testing::cli_path();
+    if (options.remat_executable.empty()) options.remat_executable = remat::testing::cli_path();
     server_ = std::make_unique<remat::ui::Server>(options);
     server_->bind();
     thread_ = std::thread([this] { server_->listen(); });
