@@ -36,9 +36,9 @@ struct Server::Impl {
 
 namespace {
 
-// Whether something already listens on host:port: a bind(2) with SO_REUSEADDR (as httplib
-// binds) fails with EADDRINUSE only then. httplib's own bind reports a bare false, so this
-// probe gives the message its reason.
+// Whether something already listens on host:port: a bind(2) with SO_REUSEADDR (as the server
+// binds, reuse_address below) fails with EADDRINUSE only then. httplib's own bind reports a bare
+// false, so this probe gives the message its reason.
 int probe_bind_errno(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -58,6 +58,16 @@ int probe_bind_errno(const std::string& host, int port) {
   }
   freeaddrinfo(result);
   return error;
+}
+
+// The listening socket's options, in place of cpp-httplib's default_socket_options, which sets
+// SO_REUSEPORT alone on Linux: the connections such a server closed stay in TIME_WAIT for up to
+// a minute without SO_REUSEADDR, and a new server's bind (and the probe above) was refused until
+// they expired. With SO_REUSEADDR a bind succeeds unless a socket listens on the port (socket(7)),
+// so a restart binds at once and a live server is still reported.
+void reuse_address(socket_t sock) {
+  const int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
 }
 
 // The page's files: "/" is index.html; the other names are served as they are embedded.
@@ -107,6 +117,7 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->context.plans = impl_->plans.get();
 
   httplib::Server& http = impl_->http;
+  http.set_socket_options(reuse_address);
   http.set_payload_max_length(impl_->options.max_body_bytes);
   const std::string token = impl_->token;
   http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
