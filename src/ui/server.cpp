@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include "api.h"
+#include "connection_limits.h"
 #include "embedded_files.h"
 #include "plan_figures.h"
 #include "runs.h"
@@ -30,6 +31,8 @@ struct Server::Impl {
   httplib::Server http;
   detail::ApiContext context;
   std::unique_ptr<detail::PlanCache> plans;
+  // The socket httplib listens on, as its socket-options callback saw it (-1 before bind()).
+  int listening_socket = -1;
   // Declared last: destroyed first, so runs are stopped before the rest goes.
   std::unique_ptr<detail::RunManager> runs;
 };
@@ -117,7 +120,12 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->context.plans = impl_->plans.get();
 
   httplib::Server& http = impl_->http;
-  http.set_socket_options(reuse_address);
+  // httplib closes the sockets it could not bind; the last one seen is the one it listens on.
+  http.set_socket_options([impl = impl_.get()](socket_t sock) {
+    reuse_address(sock);
+    impl->listening_socket = sock;
+  });
+  detail::apply_connection_limits(http);
   http.set_payload_max_length(impl_->options.max_body_bytes);
   const std::string token = impl_->token;
   http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
@@ -203,6 +211,7 @@ void Server::bind() {
     }
     impl_->port = port;
   }
+  detail::raise_listen_backlog(impl_->listening_socket);
 }
 
 int Server::port() const { return impl_->port; }
