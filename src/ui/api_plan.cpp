@@ -1,5 +1,6 @@
 // POST /api/plan: the planner's figures for a config (plan_figures.h): the predicted peak and
-// step-time factor of its checkpoint layout, what `auto` picks under the budget, and the basis.
+// step-time factor of its checkpoint layout, what `auto` picks under the budget, and the basis;
+// or why there are none (a step profile beyond the server's memory or time limit: 422).
 #include "api.h"
 #include "config_values.h"
 #include "plan_figures.h"
@@ -25,7 +26,11 @@ void add_plan_routes(httplib::Server& server, ApiContext& context) {
       send_json(res, answer, 400);
       return;
     }
-    send_json(res, context.plans->figures(report.config, budget));
+    try {
+      send_json(res, context.plans->figures(body["config"], report.config, budget));
+    } catch (const PlanRefusal& refusal) {
+      send_json(res, refusal.body, refusal.status);
+    }
   });
 }
 

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <sstream>
 
 #include "api.h"
+#include "child_process.h"
 #include "remat/error.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
@@ -24,39 +24,6 @@ namespace remat::ui::detail {
 namespace fs = std::filesystem;
 
 namespace {
-
-// Only async-signal-safe calls between fork and exec: the server is multithreaded, and another
-// thread may have held a lock (malloc's, a stream's) at the moment of the fork.
-[[noreturn]] void exec_child(const char* workspace, int log_fd, int null_fd, const char* executable,
-                             char* const argv[]) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);  // `remat ui` blocks SIGINT/SIGTERM in its threads
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigaction(SIGINT, &dfl, nullptr);
-  sigaction(SIGTERM, &dfl, nullptr);
-  sigaction(SIGPIPE, &dfl, nullptr);
-  // Its own process group: a Ctrl-C at the terminal of `remat ui` must not reach the run too, or
-  // the SIGINT the server then forwards would be the trainer's second one, which aborts the
-  // checkpoint instead of waiting for it.
-  setpgid(0, 0);
-  if (chdir(workspace) != 0) _exit(126);
-  dup2(null_fd, 0);
-  dup2(log_fd, 1);
-  dup2(log_fd, 2);
-  // No descriptor of the server (its listening socket above all) may outlive it in the run.
-#ifdef SYS_close_range
-  if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
-#endif
-  {
-    for (int fd = 3; fd < 65536; ++fd) close(fd);
-  }
-  execv(executable, argv);
-  static const char kFailed[] = "remat ui: cannot execute the remat binary\n";
-  (void)!write(2, kFailed, sizeof(kFailed) - 1);
-  _exit(127);
-}
 
 std::string new_run_id(int64_t sequence) {
   const std::time_t now = std::time(nullptr);
@@ -158,7 +125,7 @@ std::string RunManager::start(const std::string& config_name) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   const pid_t pid = ::fork();
-  if (pid == 0) exec_child(workspace_.c_str(), log_fd, null_fd, executable_.c_str(), argv.data());
+  if (pid == 0) exec_in_child(workspace_.c_str(), ChildStdio{null_fd, log_fd, log_fd}, /*die_with_parent=*/false, argv.data());
   const int fork_errno = errno;
   ::close(log_fd);
   ::close(null_fd);

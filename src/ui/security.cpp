@@ -14,7 +14,8 @@
 // started it:
 //  - Loopback by default. There, anyone on the machine may connect (as with Jupyter's default
 //    without a token); a web page elsewhere cannot, except through DNS rebinding (evil.example
-//    resolving to 127.0.0.1), so the Host header must be a loopback name or address.
+//    resolving to 127.0.0.1), so the Host header must be a loopback name or address; a request
+//    without one is refused too (HTTP/1.1 requires it, and it would escape the check).
 //  - Bound to any other address, every request needs the token printed at start: a bearer
 //    header, `?token=` (the first page load), or the cookie that load sets (the page's own
 //    scripts and styles, the gallery's images). The cookie is HttpOnly and SameSite=Strict.
@@ -84,7 +85,7 @@ std::string request_token(const httplib::Request& req) {
 
 bool host_header_is_loopback(const httplib::Request& req) {
   std::string host = req.get_header_value("Host");
-  if (host.empty()) return true;  // HTTP/1.0 clients (curl -0): no name to rebind
+  if (host.empty()) return false;  // nothing names this machine (check_request says why it is refused)
   if (host.front() == '[') {
     const size_t close = host.find(']');
     host = close == std::string::npos ? host : host.substr(0, close + 1);
@@ -96,6 +97,11 @@ bool host_header_is_loopback(const httplib::Request& req) {
 
 std::optional<Refusal> check_request(const httplib::Request& req, const std::string& token) {
   if (token.empty()) {
+    if (req.get_header_value("Host").empty()) {
+      return Refusal{403, "[ui] the request has no Host header (HTTP/1.1 requires one, RFC 9112 section 3.2); "
+                          "on loopback it must name this machine's loopback address (localhost, 127.0.0.1 "
+                          "or [::1])"};
+    }
     if (!host_header_is_loopback(req)) {
       return Refusal{403, "[ui] the Host header must name this machine's loopback address (localhost, "
                           "127.0.0.1 or [::1]); got '" + req.get_header_value("Host") + "'"};

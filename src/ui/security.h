@@ -18,7 +18,8 @@ bool constant_time_equal(const std::string& a, const std::string& b);
 /// remat_ui_token cookie the page's first load sets; empty when none.
 std::string request_token(const httplib::Request& req);
 
-/// Whether the Host header names a loopback host (localhost, 127.x, [::1]) on any port.
+/// Whether the Host header names a loopback host (localhost, 127.x, [::1]) on any port; false
+/// without one.
 bool host_header_is_loopback(const httplib::Request& req);
 
 /// Why `req` must be refused, as {status, message}; nullopt when it may proceed.

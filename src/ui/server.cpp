@@ -12,6 +12,7 @@
 #include <c10/util/Exception.h>
 
 #include "api.h"
+#include "connection_limits.h"
 #include "embedded_files.h"
 #include "plan_figures.h"
 #include "runs.h"
@@ -29,16 +30,18 @@ struct Server::Impl {
   int port = 0;
   httplib::Server http;
   detail::ApiContext context;
-  detail::PlanCache plans;
+  std::unique_ptr<detail::PlanCache> plans;
+  // The socket httplib listens on, as its socket-options callback saw it (-1 before bind()).
+  int listening_socket = -1;
   // Declared last: destroyed first, so runs are stopped before the rest goes.
   std::unique_ptr<detail::RunManager> runs;
 };
 
 namespace {
 
-// Whether something already listens on host:port: a bind(2) with SO_REUSEADDR (as httplib
-// binds) fails with EADDRINUSE only then. httplib's own bind reports a bare false, so this
-// probe gives the message its reason.
+// Whether something already listens on host:port: a bind(2) with SO_REUSEADDR (as the server
+// binds, reuse_address below) fails with EADDRINUSE only then. httplib's own bind reports a bare
+// false, so this probe gives the message its reason.
 int probe_bind_errno(const std::string& host, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -58,6 +61,16 @@ int probe_bind_errno(const std::string& host, int port) {
   }
   freeaddrinfo(result);
   return error;
+}
+
+// The listening socket's options, in place of cpp-httplib's default_socket_options, which sets
+// SO_REUSEPORT alone on Linux: the connections such a server closed stay in TIME_WAIT for up to
+// a minute without SO_REUSEADDR, and a new server's bind (and the probe above) was refused until
+// they expired. With SO_REUSEADDR a bind succeeds unless a socket listens on the port (socket(7)),
+// so a restart binds at once and a live server is still reported.
+void reuse_address(socket_t sock) {
+  const int yes = 1;
+  ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
 }
 
 // The page's files: "/" is index.html; the other names are served as they are embedded.
@@ -86,6 +99,14 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
     throw_value_error("[ui] --workspace must be a directory remat can create and write, got '" +
                       root.string() + "'");
   }
+  if (!(impl_->options.plan_timeout_s > 0)) {
+    throw_value_error("[ui] plan_timeout_s must be a number of seconds > 0, got " +
+                      std::to_string(impl_->options.plan_timeout_s));
+  }
+  if (impl_->options.plan_memory_limit_bytes < 0) {
+    throw_value_error("[ui] plan_memory_limit_bytes must be a number of bytes > 0, or 0 for the default, got " +
+                      std::to_string(impl_->options.plan_memory_limit_bytes));
+  }
   impl_->workspace = fs::canonical(root).string();
   impl_->context.workspace = impl_->workspace;
   if (!is_loopback_host(impl_->options.host)) impl_->token = detail::random_token();
@@ -94,9 +115,17 @@ Server::Server(ServerOptions options) : impl_(std::make_unique<Impl>()) {
   if (executable.empty()) throw_value_error("[ui] cannot find this program's executable (/proc/self/exe)");
   impl_->runs = std::make_unique<detail::RunManager>(impl_->workspace, executable);
   impl_->context.runs = impl_->runs.get();
-  impl_->context.plans = &impl_->plans;
+  impl_->plans = std::make_unique<detail::PlanCache>(executable, impl_->options.plan_memory_limit_bytes,
+                                                     impl_->options.plan_timeout_s);
+  impl_->context.plans = impl_->plans.get();
 
   httplib::Server& http = impl_->http;
+  // httplib closes the sockets it could not bind; the last one seen is the one it listens on.
+  http.set_socket_options([impl = impl_.get()](socket_t sock) {
+    reuse_address(sock);
+    impl->listening_socket = sock;
+  });
+  detail::apply_connection_limits(http);
   http.set_payload_max_length(impl_->options.max_body_bytes);
   const std::string token = impl_->token;
   http.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
@@ -182,6 +211,7 @@ void Server::bind() {
     }
     impl_->port = port;
   }
+  detail::raise_listen_backlog(impl_->listening_socket);
 }
 
 int Server::port() const { return impl_->port; }
@@ -199,6 +229,8 @@ std::string Server::url() const {
 void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() {
+  // A step profile still running is killed: stopping must not wait for its timeout.
+  if (impl_->plans) impl_->plans->cancel();
   if (impl_->http.is_running()) impl_->http.stop();
 }
 

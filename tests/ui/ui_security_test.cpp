@@ -1,5 +1,6 @@
-// The server's security: the token off loopback, the CSRF header, the Host check, confinement
-// of file paths (.., encoded forms, absolute paths, symlinks out), the body limit, a busy port.
+// The server's security: the token off loopback, the CSRF header, the Host check (a missing Host
+// included), confinement of file paths (.., encoded forms, absolute paths, symlinks out), the
+// body limit, a busy port.
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -101,6 +102,28 @@ TEST(UiSecurityTest, LoopbackNeedsNoTokenButALoopbackHostAndTheHeaderToChangeSta
   }
   EXPECT_FALSE(fs::exists(dir / "configs/x"));
   EXPECT_EQ(c.Put("/api/configs/x", kUiHeader, body, "application/json")->status, 200);
+}
+
+// A request without a Host header names no host to check: refused on loopback, saying why
+// (httplib's client always sends one, so these go over a raw connection).
+TEST(UiSecurityTest, OnLoopbackARequestWithoutHostIsRefused) {
+  TempDir dir("remat_ui_no_host");
+  remat::ui::ServerOptions o;
+  o.workspace = dir.str();
+  UiServer ui(o);
+  for (const std::string request : {"GET /api/options HTTP/1.0\r\n\r\n",
+                                    "GET /api/options HTTP/1.1\r\nConnection: close\r\n\r\n",
+                                    "GET / HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n"}) {
+    const std::string answer = remat::testing::raw_exchange(ui.port(), request);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 403", 0), 0u) << request << answer.substr(0, 200);
+    const size_t body = answer.find("\r\n\r\n");
+    const std::string error = remat::testing::error_of(body == std::string::npos ? "" : answer.substr(body + 4));
+    EXPECT_EQ(error.rfind("[ui] the request has no Host header", 0), 0u) << error;
+    EXPECT_NE(error.find("HTTP/1.1 requires one"), std::string::npos) << error;
+  }
+  const std::string with_host = remat::testing::raw_exchange(
+      ui.port(), "GET /api/options HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(with_host.rfind("HTTP/1.1 200", 0), 0u) << with_host.substr(0, 200);
 }
 
 TEST(UiSecurityTest, OversizedBodiesAreRefused) {

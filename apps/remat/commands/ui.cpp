@@ -13,6 +13,7 @@
 #include "command.h"
 #include "parse_args.h"
 #include "remat/ui/server.h"
+#include "remat/ui/step_profile.h"
 
 namespace remat::cli {
 namespace {
@@ -35,7 +36,12 @@ int run_ui(const std::vector<std::string>& args) {
                  "folder of the UI's configs (configs/<name>/config.json) and runs (runs/<id>/); relative "
                  "paths in configs are relative to it")
       ->capture_default_str();
+  // The server runs its own binary with this to profile a training step for POST /api/plan in a
+  // child process with a memory limit (remat/ui/step_profile.h); not for people, so not in --help.
+  bool profile_step = false;
+  app.add_flag("--profile-step", profile_step, "read a config on stdin, write its step profile as JSON")->group("");
   if (auto code = parse_or_exit(app, args)) return *code;
+  if (profile_step) return ui::run_step_profile_child(std::cin, std::cout);
 
   ui::Server server(options);
   server.bind();  // a busy port: c10::ValueError, exit 2

@@ -56,6 +56,14 @@ struct ConditioningWidths {
   int64_t channels = 0;  ///< C of the latents the model reads (0: not checked)
 };
 
+/// The attention a model runs in one step, from its config alone.
+struct AttentionLayers {
+  /// Attention layers over each sample's image and text tokens together (Flux: every double and
+  /// single block).
+  int64_t count = 0;
+  int64_t heads = 0;  ///< heads of each
+};
+
 struct ModelFamily {
   /// The model_family value ("flux").
   std::string name;
@@ -100,6 +108,11 @@ struct ModelFamily {
   /// LoRA with them before allocating. Unset: models of the family are built unchecked.
   std::function<int64_t(const TransformerSpec&)> parameter_count;
   std::function<std::vector<models::LinearShape>(const TransformerSpec&)> linear_layers;
+  /// Its attention layers, from the config alone: where attention materialises its score
+  /// matrices (LibTorch 1.13, remat/compat.h), those grow with the square of the tokens, and the
+  /// UI's planner refuses a step profile whose scores alone would exceed its memory limit before
+  /// starting it. Unset: not sized.
+  std::function<AttentionLayers(const TransformerSpec&)> attention_layers;
 
   /// The LoRA target preset of `config`.
   std::string lora_target(const TrainConfig& config) const;

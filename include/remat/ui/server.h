@@ -18,6 +18,14 @@ namespace remat::ui {
 /// The largest request body accepted by default (a config with its datasets is a few KiB).
 inline constexpr size_t kDefaultMaxBodyBytes = size_t{1} << 20;
 
+/// The memory a step profile behind POST /api/plan may use by default, at most (docs/UI.md, "The
+/// planner's figures"): the figures preview the planner; profiles of larger shapes take minutes
+/// on a CPU and belong to `remat bench` on the training machine.
+inline constexpr int64_t kDefaultProfileMemoryCap = int64_t{2} << 30;
+/// How long a step profile may run by default: flux-tiny at resolution 512, batch 4, bf16 takes
+/// some 70 s on two busy cores.
+inline constexpr double kDefaultProfileTimeoutSeconds = 120;
+
 struct ServerOptions {
   /// The address to listen on. Loopback (127.0.0.0/8, ::1, localhost) needs no token.
   std::string host = "127.0.0.1";
@@ -30,6 +38,13 @@ struct ServerOptions {
   std::string remat_executable;
   /// Request bodies larger than this are refused (413).
   size_t max_body_bytes = kDefaultMaxBodyBytes;
+  /// The memory one step profile behind POST /api/plan may use: the child process it runs in is
+  /// killed when its resident memory goes beyond it, and a profile predicted to need more is
+  /// refused before it starts.
+  /// 0: half of the machine's available memory, at most kDefaultProfileMemoryCap.
+  int64_t plan_memory_limit_bytes = 0;
+  /// Seconds a step profile may run before its process is killed.
+  double plan_timeout_s = kDefaultProfileTimeoutSeconds;
 };
 
 /// Whether `host` is a loopback address or name (no token needed there).

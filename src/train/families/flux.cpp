@@ -266,6 +266,11 @@ void register_family_flux() {
   };
   f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(flux_config_of(spec)); };
   f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(flux_config_of(spec)); };
+  f.attention_layers = [](const TransformerSpec& spec) {
+    // Double and single blocks alike attend over the text and image tokens joined.
+    const auto config = flux_config_of(spec);
+    return AttentionLayers{config.num_layers + config.num_single_layers, config.num_attention_heads};
+  };
   register_family(std::move(f));
 }
 

@@ -190,6 +190,11 @@ void register_family_mageflow() {
   };
   f.parameter_count = [](const TransformerSpec& spec) { return models::parameter_count(mageflow_config_of(spec)); };
   f.linear_layers = [](const TransformerSpec& spec) { return models::linear_layers(mageflow_config_of(spec)); };
+  f.attention_layers = [](const TransformerSpec& spec) {
+    // Each block attends over a sample's text and image tokens joined (within the sample only).
+    const auto config = mageflow_config_of(spec);
+    return AttentionLayers{config.depth, config.num_heads};
+  };
   register_family(std::move(f));
 }
 

@@ -1,0 +1,57 @@
+#include "plan_shape.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "remat/train/family.h"
+#include "remat/train/model_source.h"
+
+namespace remat::ui::detail {
+namespace {
+
+// Flux and MageFlow: 8x VAE downsampling, then 2x2 packing: one image token per 16x16 pixels.
+// `resolution` is a side in pixels, or megapixels when below 16 (SimpleTuner's area mode).
+int64_t image_tokens_of(const train::TrainConfig& config) {
+  const double side = config.resolution < 16 ? std::sqrt(config.resolution * 1e6) : config.resolution;
+  const int64_t per_side = std::max<int64_t>(1, static_cast<int64_t>(std::lround(side / 16)));
+  return per_side * per_side;
+}
+
+}  // namespace
+
+std::string PlanShape::description() const {
+  return "batch " + std::to_string(batch) + ", " + std::to_string(image_tokens) + " image tokens, " +
+         std::to_string(text_tokens) + " text tokens, " + (bf16 ? "bf16 autocast" : "float32");
+}
+
+std::string PlanShape::key() const {
+  return spec.family + "|" + spec.preset + "|" + spec.config_json.value_or("") + "|" +
+         std::to_string(use.lora_rank) + "|" + use.lora_target + "|" + description() + "|" + std::to_string(ffn);
+}
+
+PlanShape plan_shape_of(const train::TrainConfig& config) {
+  PlanShape shape;
+  shape.spec.family = config.model_family;
+  shape.spec.preset = config.model_flavour;
+  try {
+    shape.spec.config_json = train::resolve_model_source(config).config_json;
+  } catch (const std::exception&) {
+    // A model path not on this machine (yet): the flavour's shapes stand in for it.
+    shape.source_note =
+        " (the model files named in the config were not readable here; the flavour's shapes were used)";
+  }
+  const train::ModelFamily& family = train::model_family(config.model_family);
+  shape.use.training = true;
+  if (config.model_type == "lora") {
+    shape.use.lora_rank = config.lora_rank;
+    shape.use.lora_target = family.lora_target(config);
+  }
+  shape.batch = config.train_batch_size;
+  shape.image_tokens = image_tokens_of(config);
+  shape.text_tokens = config.tokenizer_max_length;
+  shape.bf16 = config.mixed_precision == "bf16";
+  shape.ffn = config.checkpoint_ffn_only();
+  return shape;
+}
+
+}  // namespace remat::ui::detail
