@@ -1,6 +1,6 @@
 // Memory and time of every checkpoint mode on a small Flux, beside the analytical prediction of
-// the activation model in docs/SEGMENTED_CHECKPOINTING.md ("Activation model"; the printed "§4"
-// columns are that model). For each mode: the tracked peak of a LoRA training step (forward, loss,
+// the activation model in docs/SEGMENTED_CHECKPOINTING.md ("Activation model"; the printed
+// "model" columns are that model). For each mode: the tracked peak of a LoRA training step (forward, loss,
 // backward, AdamW step), the median step time, and the peak that the model's per-block activation
 // counts predict when fed through remat's memory timeline (remat::predict).
 //
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
               "bytes (weights, LoRA grads, AdamW state) %s\n",
               preset.c_str(), static_cast<long long>(B), static_cast<long long>(n_img),
               static_cast<long long>(n_txt), memory::format_bytes(fixed).c_str());
-  std::printf("| mode | median step | measured peak | §4 prediction (+composite attention) | error | §4 fused-attention figure |\n");
+  std::printf("| mode | median step | measured peak | model prediction (+composite attention) | error | model, fused attention |\n");
   std::printf("|---|---|---|---|---|---|\n");
   for (size_t m = 0; m < modes.size(); ++m) {
     const auto layout = layout_of(modes[m].plan);
