@@ -226,17 +226,7 @@ expect_quick 2 "is not a picture remat can read" -- "$remat" encode --pretrained
 # 11. Image runs (docs/YOUR_DATA.md): `remat cache` computes the VAE-latent and text-embedding
 #     caches of a folder of pictures and reuses them the next time; `remat train` on the folder
 #     trains; a backend type remat does not implement exits 2 naming it, before any model loads.
-python3 - "$work/pics" <<'PY'
-import os, struct, sys, zlib
-def png(path, w, h, rgb):
-    raw = b"".join(b"\x00" + bytes(rgb) * w for _ in range(h))
-    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-    open(path, "wb").write(data + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-os.makedirs(sys.argv[1], exist_ok=True)
-png(os.path.join(sys.argv[1], "a red square.png"), 32, 32, (220, 20, 20))
-png(os.path.join(sys.argv[1], "a blue square.png"), 32, 32, (20, 20, 220))
-PY
+python3 "$(dirname "$0")/two_squares.py" "$work/pics"
 images=(--pretrained_model_name_or_path="$work/pipe" --instance_data_dir="$work/pics" --cache_dir="$work/pics-cache"
         --resolution=32 --resolution_type=pixel --mixed_precision=no)
 expect_quick 0 "VAE latents: 2 encoded" -- "$remat" cache "${images[@]}"

@@ -32,17 +32,7 @@ check() {  # check <description> <command...>: the command must succeed
 }
 
 "$remat" make-demo-pipeline --output "$work/pipe" > /dev/null || fail "make-demo-pipeline"
-python3 - "$work/pics" <<'PY'
-import os, struct, sys, zlib
-def png(path, w, h, rgb):
-    raw = b"".join(b"\x00" + bytes(rgb) * w for _ in range(h))
-    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
-    data = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-    open(path, "wb").write(data + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-os.makedirs(sys.argv[1], exist_ok=True)
-png(os.path.join(sys.argv[1], "a red square.png"), 32, 32, (220, 20, 20))
-png(os.path.join(sys.argv[1], "a blue square.png"), 32, 32, (20, 20, 220))
-PY
+python3 "$(dirname "$0")/two_squares.py" "$work/pics"
 images=(--pretrained_model_name_or_path="$work/pipe" --resolution=32 --resolution_type=pixel --mixed_precision=no)
 pipeline=(--pipeline="$work/pipe" --num_inference_steps=1 --dtype=float32)
 sample=("${pipeline[@]}" --width=32 --height=32)

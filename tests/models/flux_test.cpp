@@ -233,10 +233,11 @@ TEST_F(FluxTest, ConfigFromDiffusersJson) {
 TEST_F(FluxTest, ConfigJsonIsBounded) {
   using remat::testing::error_of;
   // `num_layers: 1000000000` once built layers until memory ran out.
-  const std::string layers = error_of([] {
-    FluxConfig::from_json_file(remat::testing::source_dir() + "/tests/data/regressions/flux_config_num_layers_1e9.json");
-  });
-  EXPECT_NE(layers.find("[flux] num_layers must be in [0, 1024], got 1000000000"), std::string::npos) << layers;
+  const std::string file = remat::testing::source_dir() + "/tests/data/regressions/flux_config_num_layers_1e9.json";
+  const std::string layers = error_of([&] { FluxConfig::from_json_file(file); });
+  // The file is named after the message's tag (remat::detail::parse_config_file).
+  EXPECT_NE(layers.find("[flux] '" + file + "': num_layers must be in [0, 1024], got 1000000000"), std::string::npos)
+      << layers;
   const std::string wide = error_of([] {
     FluxConfig::from_json_string(R"({"num_attention_heads": 65536, "attention_head_dim": 65536, "axes_dims_rope": [2]})");
   });
