@@ -28,7 +28,8 @@ TEST(OutOfMemory, ReadsTheSizeFromTheAllocatorsError) {
   }
   EXPECT_EQ(remat::memory::failed_allocation_bytes(std::bad_alloc()), 0);
   EXPECT_FALSE(remat::memory::failed_allocation_bytes(std::runtime_error("not memory")).has_value());
-  const c10::Error cuda("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79 GiB", "");
+  const c10::Error cuda(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                        "CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79 GiB");
   EXPECT_EQ(remat::memory::failed_allocation_bytes(cuda), 20 * 1024 * 1024);
 }
 
