@@ -67,12 +67,11 @@ int main(int argc, char** argv) {
     // remat's [memory] error (remat/out_of_memory.h), a filesystem error names its path, and
     // c10 errors are remat's own convention (remat/error.h). All are exit code 2.
     if (const auto bytes = remat::memory::failed_allocation_bytes(e)) {
-      try {
-        remat::memory::throw_out_of_memory("`remat " + name + "`", "lower the resolution, batch size or picture size it works on",
-                                           *bytes);
-      } catch (const c10::Error& named) {
-        std::cerr << "remat " << name << ": error: " << named.what_without_backtrace() << "\n";
-      }
+      std::cerr << "remat " << name << ": error: "
+                << remat::memory::out_of_memory_message("`remat " + name + "`",
+                                                        "lower the resolution, batch size or picture size it works on",
+                                                        *bytes)
+                << "\n";
       return kExitUsage;
     }
     if (const auto* error = dynamic_cast<const c10::Error*>(&e)) {

@@ -6,18 +6,19 @@
 /// than it could get; this machine has <M> available: <what to change>", a c10::ValueError the CLI
 /// turns into exit code 2, never as std::bad_alloc or the allocator's own text.
 ///
-///   auto latents = memory::name_allocation_failures("encoding 4096 x 4096 pictures with the VAE",
-///       "lower resolution or set --vae_enable_tiling", [&] { return vae->encode(picture); });
+///   catch (const c10::Error& e) {
+///     if (const auto bytes = memory::failed_allocation_bytes(e)) {
+///       memory::throw_out_of_memory("encoding a 4096 x 4096 picture with the VAE", "lower resolution", *bytes);
+///     }
+///     ...
 ///
 /// Predictions that refuse work before it starts (admission) are better where the demand can be
 /// computed; this is the net under every stage where it cannot, or where a prediction can be wrong.
 
 #include <cstdint>
 #include <exception>
-#include <new>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include <c10/util/Exception.h>
 
@@ -30,21 +31,10 @@ namespace remat::memory {
 /// allocate N GiB"). nullopt for any other exception.
 REMAT_API std::optional<int64_t> failed_allocation_bytes(const std::exception& e);
 
-/// Throws the c10::ValueError described above for a failed allocation of `bytes` (0: unknown).
-[[noreturn]] REMAT_API void throw_out_of_memory(const std::string& what, const std::string& change, int64_t bytes);
+/// The message described above for a failed allocation of `bytes` (0: unknown).
+REMAT_API std::string out_of_memory_message(const std::string& what, const std::string& change, int64_t bytes);
 
-/// Runs `work`; an allocation failure inside it becomes throw_out_of_memory(what, change, N).
-/// Every other exception passes through unchanged.
-template <typename Work>
-decltype(auto) name_allocation_failures(const std::string& what, const std::string& change, Work&& work) {
-  try {
-    return std::forward<Work>(work)();
-  } catch (const c10::ValueError&) {
-    throw;  // already remat's error (an inner stage named it)
-  } catch (const std::exception& e) {
-    if (const auto bytes = failed_allocation_bytes(e)) throw_out_of_memory(what, change, *bytes);
-    throw;
-  }
-}
+/// Throws c10::ValueError with out_of_memory_message(what, change, bytes).
+[[noreturn]] REMAT_API void throw_out_of_memory(const std::string& what, const std::string& change, int64_t bytes);
 
 }  // namespace remat::memory

@@ -44,14 +44,18 @@ std::optional<int64_t> failed_allocation_bytes(const std::exception& e) {
   return std::nullopt;
 }
 
-void throw_out_of_memory(const std::string& what, const std::string& change, int64_t bytes) {
+std::string out_of_memory_message(const std::string& what, const std::string& change, int64_t bytes) {
   const int64_t available = available_bytes(c10::Device(c10::kCPU)) - current_bytes(c10::Device(c10::kCPU));
   std::string message = "[memory] " + what + " ran out of memory: ";
   message += bytes > 0 ? "one allocation of " + format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes) failed"
                        : "an allocation failed";
   message += "; this machine has " + format_bytes(available) + " available";
   if (!change.empty()) message += ": " + change;
-  throw_value_error(message);
+  return message;
+}
+
+void throw_out_of_memory(const std::string& what, const std::string& change, int64_t bytes) {
+  throw_value_error(out_of_memory_message(what, change, bytes));
 }
 
 }  // namespace remat::memory

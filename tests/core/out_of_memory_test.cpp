@@ -1,5 +1,5 @@
 // Allocation failures named (remat/out_of_memory.h): the size is read from LibTorch's own
-// allocator error, and a failure inside a named stage becomes remat's [memory] error.
+// allocator error, and the failure becomes remat's [memory] error naming the work.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -33,20 +33,24 @@ TEST(OutOfMemory, ReadsTheSizeFromTheAllocatorsError) {
   EXPECT_EQ(remat::memory::failed_allocation_bytes(cuda), 20 * 1024 * 1024);
 }
 
-TEST(OutOfMemory, NamedStagesTurnFailuresIntoRematsError) {
+TEST(OutOfMemory, TheMessageNamesTheWorkTheSizeAndTheWayOut) {
   const std::string message = remat::testing::error_text([] {
-    remat::memory::name_allocation_failures("encoding a 4096 x 4096 picture", "lower the resolution",
-                                            [] { return impossible_tensor(); });
+    try {
+      impossible_tensor();
+    } catch (const c10::Error& e) {
+      const auto bytes = remat::memory::failed_allocation_bytes(e);
+      ASSERT_TRUE(bytes.has_value());
+      remat::memory::throw_out_of_memory("encoding a 4096 x 4096 picture", "lower the resolution", *bytes);
+    }
   });
   EXPECT_EQ(message.rfind("[memory] encoding a 4096 x 4096 picture ran out of memory: one allocation of ", 0), 0u)
       << message;
   EXPECT_NE(message.find("(46116860184273879"), std::string::npos) << message;  // 2^62 and a header
   EXPECT_NE(message.find(" bytes) failed; this machine has "), std::string::npos) << message;
   EXPECT_NE(message.find(" available: lower the resolution"), std::string::npos) << message;
-  // Everything else passes through, and a value is returned as it is.
-  EXPECT_THROW(remat::memory::name_allocation_failures("x", "y", []() -> int { throw std::runtime_error("other"); }),
-               std::runtime_error);
-  EXPECT_EQ(remat::memory::name_allocation_failures("x", "y", [] { return 7; }), 7);
+  EXPECT_EQ(remat::memory::out_of_memory_message("x", "", 0).rfind("[memory] x ran out of memory: an allocation failed; "
+                                                                   "this machine has ", 0),
+            0u);
 }
 
 }  // namespace out_of_memory_test
