@@ -2,6 +2,7 @@
 #include "remat/out_of_memory.h"
 
 #include <cstdlib>
+#include <new>
 #include <regex>
 
 #include "remat/error.h"
