@@ -24,10 +24,11 @@
 #include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
-#include "remat/sample/pipeline.h"
-#include "remat/sample/sampler.h"
+#include "remat/models/flux.h"
+#include "remat/sample/flux_sampler.h"
 #include "remat/sample/scheduler.h"
 #include "remat/threads.h"
+#include "remat/train/text_to_image.h"
 
 namespace {
 
@@ -58,7 +59,15 @@ Case vae_case(const std::string& dir, const std::string& work, at::ScalarType dt
 }
 
 Case denoise_case(const std::string& dir, at::ScalarType dtype, int64_t side, int64_t steps, bool cfg) {
-  auto transformer = remat::sample::load_transformer_with_loras(dir + "/transformer", dtype, at::kCPU, {}, {});
+  // Built as `remat sample` builds it (the family's one way), then used as the Flux module it is.
+  remat::train::TransformerSpec spec;
+  spec.family = "flux";
+  spec.config_json = dir + "/transformer/config.json";
+  spec.weights = dir + "/transformer";
+  spec.dtype = dtype;
+  auto model = remat::train::load_transformer_with_loras(spec, {}, {});
+  remat::models::Flux transformer(
+      std::dynamic_pointer_cast<remat::models::FluxImpl>(model->module().shared_from_this()));
   const auto scheduler =
       remat::sample::FlowMatchSchedulerConfig::from_json_file(dir + "/scheduler/scheduler_config.json");
   const auto file = remat::io::SafetensorsFile::open(dir + "/input.safetensors");

@@ -1,4 +1,4 @@
-// Sampling (remat/sample/sampler.h denoise) on the CPU: seconds per denoising step and the tracked
+// Sampling (remat/sample/flux_sampler.h denoise) on the CPU: seconds per denoising step and the tracked
 // peak, in three parts (docs/PERFORMANCE.md, "Sampling"):
 //   small  flux-small (random weights, fp32) at 256, 512 and 1024 pixels: median seconds per
 //          step and the tracked peak of the whole denoising loop above the weights.
@@ -27,7 +27,7 @@
 #include "remat/memory.h"
 #include "remat/models/blocks.h"
 #include "remat/models/flux.h"
-#include "remat/sample/sampler.h"
+#include "remat/sample/flux_sampler.h"
 #include "remat/sample/scheduler.h"
 #include "remat/train/transformer.h"
 

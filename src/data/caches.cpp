@@ -11,8 +11,7 @@
 #include <set>
 
 #include "caches_internal.h"
-#include "remat/encoders/autoencoder_kl_config.h"
-#include "remat/encoders/flux_encoders.h"
+#include "remat/encoders/model_encoders.h"
 #include "remat/encoders/image_file.h"
 #include "remat/error.h"
 #include "remat/generator_guard.h"
@@ -57,19 +56,17 @@ void write_entry(const std::string& path, const std::vector<io::NamedTensor>& te
 // Memory admission of the caching phase: the largest picture to encode must fit with the VAE's
 // weights, or the run stops before the VAE loads (at resolution 4096, a VAE whose mid-block
 // attention spans 2048 x 2048 latent pixels wanted 17 GB per chunk of scores).
-void admit_vae_encoding(const encoders::PipelineFolder& folder, const std::vector<ImageJob>& jobs,
-                        const encoders::FluxEncodersOptions& base, bool tiled) {
-  const auto config = encoders::AutoencoderKLConfig::from_file(folder.directory("vae") + "/config.json");
-  const int64_t element_bytes = static_cast<int64_t>(c10::elementSize(base.dtype));
+void admit_vae_encoding(const encoders::FamilyEncoders& family, const encoders::PipelineFolder& folder,
+                        const std::vector<ImageJob>& jobs, const encoders::EncoderSettings& settings, bool tiled) {
   const ImageRecord* largest = nullptr;
   int64_t need = 0;
   for (const auto& job : jobs) {
     const auto& c = job.record->crop;
-    const int64_t bytes = encoders::vae_peak_bytes(config, c.width, c.height, element_bytes, tiled);
+    const int64_t bytes = family.image_peak_bytes(folder, c.width, c.height, settings.dtype, tiled);
     if (bytes > need) need = bytes, largest = job.record;
   }
-  const int64_t weights = encoders::parameter_count(config) * element_bytes;
-  const int64_t available = memory::available_bytes(base.device) - memory::current_bytes(base.device);
+  const int64_t weights = family.image_weight_bytes(folder, settings.dtype);
+  const int64_t available = memory::available_bytes(settings.device) - memory::current_bytes(settings.device);
   if (largest && need + weights > available) {
     const auto& c = largest->crop;
     throw_value_error("[memory] caching VAE latents: encoding a " + std::to_string(c.width) + " x " +
@@ -82,7 +79,7 @@ void admit_vae_encoding(const encoders::PipelineFolder& folder, const std::vecto
 }
 
 // Decodes, resizes and crops one image as its TrainingCrop says, and encodes it.
-at::Tensor encode_record(encoders::FluxEncoders& flux, const ImageRecord& record, uint64_t seed) {
+at::Tensor encode_record(encoders::ImageAutoencoder& vae, const ImageRecord& record, uint64_t seed) {
   at::Tensor picture = encoders::read_image(record.path);
   if (picture.size(1) != record.width || picture.size(0) != record.height) {
     throw_value_error("[cache] '" + record.path + "' is " + std::to_string(picture.size(1)) + "x" +
@@ -96,7 +93,7 @@ at::Tensor encode_record(encoders::FluxEncoders& flux, const ImageRecord& record
   picture = encoders::crop_picture(picture, c.crop_left, c.crop_top, c.width, c.height);
   at::Generator generator =
       at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(seed, record.relative_path));
-  return flux.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
+  return vae.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
 }
 
 // Whether this process encodes the entry named by `key` (CacheShare). The key leaves out where
@@ -125,20 +122,24 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
                     "[cache] a share's index must be in [0, count), got ", share.index, " of ", share.count);
   const bool remove_interrupted_writes = share.remove_interrupted_writes && share.count == 1;
   const auto log = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
-  encoders::FluxEncodersOptions base;
+  const encoders::FamilyEncoders& family = options.encoders;
+  TORCH_CHECK_VALUE(family.available(), "[cache] CacheOptions::encoders is unset: the model family's encoders "
+                    "(ModelFamily::encoders) encode the pictures and captions");
+  encoders::EncoderSettings base;
   base.dtype = encoder_dtype(options.dtype);
   base.device = options.device;
   base.max_sequence_length = options.tokenizer_max_length;
-  const auto folder =
-      encoders::PipelineFolder::open(options.pipeline_folder, encoders::flux_encoder_components(base));
+  const auto folder = encoders::PipelineFolder::open(options.pipeline_folder, family.components());
 
   // Identities: an entry made by other weights, another dtype, seed or token count is stale.
   const std::string settings = std::string("|") + c10::toString(base.dtype);
-  const std::string vae_identity =
-      "vae:" + detail::component_identity(folder.directory("vae")) + settings + "|sample|seed " +
-      std::to_string(options.seed) + (options.vae_enable_tiling ? "|tiled" : "");
+  std::string vae_identity = "vae:";
+  for (const auto& component : family.image_components) {
+    vae_identity += detail::component_identity(folder.directory(component));
+  }
+  vae_identity += settings + "|sample|seed " + std::to_string(options.seed) + (options.vae_enable_tiling ? "|tiled" : "");
   std::string text_identity = "text:";
-  for (const char* component : {"text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"}) {
+  for (const auto& component : family.text_components) {
     text_identity += detail::component_identity(folder.directory(component)) + "|";
   }
   text_identity += settings + "|max_length " + std::to_string(options.tokenizer_max_length);
@@ -175,18 +176,16 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   }
   std::set<std::string> failed;
   if (!image_jobs.empty()) {
-    admit_vae_encoding(folder, image_jobs, base, options.vae_enable_tiling);
+    admit_vae_encoding(family, folder, image_jobs, base, options.vae_enable_tiling);
     memory::PeakScope peak;
-    encoders::FluxEncodersOptions vae_options = base;
-    vae_options.load_text = false;
-    auto flux = encoders::FluxEncoders::load(folder, vae_options);
-    if (options.vae_enable_tiling) flux.vae()->set_tiling(true);
+    const auto vae = family.load_image(folder, base);
+    if (options.vae_enable_tiling) vae->set_tiling(true);
     detail::CacheProgress progress("[cache] VAE latents", "images", static_cast<int64_t>(image_jobs.size()),
                                    options.terminal, log);
     for (const auto& job : image_jobs) {
       at::Tensor latents;
       try {
-        latents = encode_record(flux, *job.record, options.seed);
+        latents = encode_record(*vae, *job.record, options.seed);
       } catch (const c10::Error& e) {
         // Out of memory is the run's problem, not the picture's: stop, naming the size and the way out.
         if (const auto bytes = memory::failed_allocation_bytes(e)) {
@@ -222,13 +221,14 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
                       "(set \"default\": true on one \"dataset_type\": \"text_embeds\" backend)");
   }
   std::map<std::pair<std::string, std::string>, std::string> text_entries;  // (dir, caption) -> file
+  std::vector<std::string> text_tensors{"prompt_embeds"};
+  if (family.pooled) text_tensors.push_back("pooled_prompt_embeds");
   std::vector<TextJob> text_jobs;
   const auto want_caption = [&](const std::string& dir, const std::string& caption) {
     auto [it, inserted] = text_entries.emplace(std::make_pair(dir, caption), std::string());
     if (!inserted) return it->second;
     it->second = detail::text_entry_path(dir, caption, text_identity);
-    if (detail::entry_is_current(it->second, detail::text_entry_metadata(caption, text_identity),
-                                 {"prompt_embeds", "pooled_prompt_embeds"})) {
+    if (detail::entry_is_current(it->second, detail::text_entry_metadata(caption, text_identity), text_tensors)) {
       ++report.captions_reused;
     } else if (in_share(caption, share)) {
       text_jobs.push_back({caption, it->second});
@@ -259,18 +259,15 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   }
   if (!text_jobs.empty()) {
     memory::PeakScope peak;
-    encoders::FluxEncodersOptions text_options = base;
-    text_options.load_vae = false;
-    auto flux = encoders::FluxEncoders::load(folder, text_options);
+    const auto text = family.load_text(folder, base);
     detail::CacheProgress progress("[cache] text embeddings", "captions", static_cast<int64_t>(text_jobs.size()),
                                    options.terminal, log);
     for (const auto& job : text_jobs) {
-      auto embeddings = flux.encode_prompt(job.caption);
+      auto embeddings = text->encode_caption(job.caption);
       for (const auto& warning : embeddings.warnings) log("[cache] " + warning);
-      write_entry(job.entry,
-                  {{"prompt_embeds", embeddings.prompt_embeds.contiguous()},
-                   {"pooled_prompt_embeds", embeddings.pooled_prompt_embeds.contiguous()}},
-                  detail::text_entry_metadata(job.caption, text_identity));
+      std::vector<io::NamedTensor> tensors{{"prompt_embeds", embeddings.prompt_embeds.contiguous()}};
+      if (family.pooled) tensors.push_back({"pooled_prompt_embeds", embeddings.pooled_prompt_embeds.contiguous()});
+      write_entry(job.entry, tensors, detail::text_entry_metadata(job.caption, text_identity));
       ++report.captions_encoded;
       progress.advance();
     }

@@ -186,7 +186,58 @@ at::Tensor FluxEncoders::decode_latents(const at::Tensor& latents) {
   }
   torch::NoGradGuard no_grad;
   const auto z = vae_->from_transformer_latents(latents.unsqueeze(0).to(options_.device, options_.dtype));
-  return vae_->decode(z).to(at::kCPU, at::kFloat);
+  // In the VAE's dtype, as diffusers' pipelines hand the decode to VaeImageProcessor.postprocess
+  // (which clamps in that dtype: remat/sample/sampler.h to_uint8_image).
+  return vae_->decode(z).to(at::kCPU);
+}
+
+void FluxEncoders::set_tiling(bool tiled) { vae()->set_tiling(tiled); }
+
+EncodedPrompt FluxEncoders::encode_caption(const std::string& caption) {
+  auto e = encode_prompt(caption);
+  return {std::move(e.prompt_embeds), std::move(e.pooled_prompt_embeds), std::move(e.warnings)};
+}
+
+namespace {
+
+FluxEncodersOptions options_of(const EncoderSettings& settings, bool text, bool vae) {
+  FluxEncodersOptions options;
+  options.dtype = settings.dtype;
+  options.device = settings.device;
+  options.max_sequence_length = settings.max_sequence_length;
+  options.load_text = text;
+  options.load_vae = vae;
+  return options;
+}
+
+AutoencoderKLConfig vae_config_of(const PipelineFolder& folder) {
+  return AutoencoderKLConfig::from_file(file_in(folder.directory("vae"), "config.json"));
+}
+
+}  // namespace
+
+FamilyEncoders flux_family_encoders() {
+  FamilyEncoders f;
+  f.text_components = flux_encoder_components(options_of({}, true, false));
+  f.image_components = flux_encoder_components(options_of({}, false, true));
+  f.pooled = true;         // CLIP's pooled output
+  f.pixel_multiple = 16;   // the published VAE's 8x downsampling times the transformer's 2x2 packing
+  f.load_text = [](const PipelineFolder& folder, const EncoderSettings& settings) -> std::unique_ptr<PromptEncoder> {
+    return std::make_unique<FluxEncoders>(FluxEncoders::load(folder, options_of(settings, true, false)));
+  };
+  f.load_image = [](const PipelineFolder& folder,
+                    const EncoderSettings& settings) -> std::unique_ptr<ImageAutoencoder> {
+    return std::make_unique<FluxEncoders>(FluxEncoders::load(folder, options_of(settings, false, true)));
+  };
+  f.vae_scale_factor = [](const PipelineFolder& folder) { return vae_config_of(folder).spatial_factor(); };
+  f.image_weight_bytes = [](const PipelineFolder& folder, at::ScalarType dtype) {
+    return parameter_count(vae_config_of(folder)) * static_cast<int64_t>(c10::elementSize(dtype));
+  };
+  f.image_peak_bytes = [](const PipelineFolder& folder, int64_t width, int64_t height, at::ScalarType dtype,
+                          bool tiled) {
+    return vae_peak_bytes(vae_config_of(folder), width, height, static_cast<int64_t>(c10::elementSize(dtype)), tiled);
+  };
+  return f;
 }
 
 }  // namespace remat::encoders

@@ -76,9 +76,18 @@ Json read_model_index(const std::string& path) {
   }
   if (!j.is_object()) throw_value_error("[pipeline] '" + path + "' must be a JSON object, got " + io::json_excerpt(j));
   const auto cls = j.find("_class_name");
-  if (cls == j.end() || !cls->is_string() || cls->get<std::string>() != "FluxPipeline") {
+  if (cls == j.end() || !cls->is_string()) {
+    throw_value_error("[pipeline] '" + path + "': _class_name must be the pipeline's class (a string, such as "
+                      "\"FluxPipeline\"), got " + (cls == j.end() ? std::string("none") : io::json_excerpt(*cls)));
+  }
+  return j;
+}
+
+Json read_flux_model_index(const std::string& path) {
+  Json j = read_model_index(path);
+  if (j["_class_name"].get<std::string>() != "FluxPipeline") {
     throw_value_error("[pipeline] '" + path + "': _class_name must be \"FluxPipeline\" (remat reads Flux pipeline "
-                      "folders), got " + (cls == j.end() ? std::string("none") : io::json_excerpt(*cls)));
+                      "folders), got " + io::json_excerpt(j["_class_name"]));
   }
   return j;
 }
@@ -125,6 +134,14 @@ const std::vector<std::string>& flux_pipeline_components() {
   return names;
 }
 
+std::string pipeline_class(const std::string& root) {
+  const std::string index_path = (fs::path(root) / "model_index.json").string();
+  if (!is_file(index_path)) {
+    throw_value_error("[pipeline] '" + root + "' is not a diffusers pipeline folder: it has no model_index.json");
+  }
+  return read_model_index(index_path)["_class_name"].get<std::string>();
+}
+
 bool is_pipeline_folder(const std::string& dir) { return is_file(fs::path(dir) / "model_index.json"); }
 bool is_component_folder(const std::string& dir) { return is_file(fs::path(dir) / "config.json"); }
 
@@ -147,7 +164,7 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
                         join(flux_pipeline_components()));
     }
   }
-  const Json index = read_model_index(index_path);
+  const Json index = read_flux_model_index(index_path);
 
   PipelineFolder folder;
   folder.root = root;

@@ -47,9 +47,10 @@ LoraSpec parse_lora_spec(const std::string& text) {
   return spec;
 }
 
-std::vector<models::LoraFile> read_loras_for(const std::vector<LoraSpec>& loras, const models::FluxConfig& config) {
+std::vector<models::LoraFile> read_loras_for(const std::vector<LoraSpec>& loras,
+                                            const std::vector<models::LinearShape>& linear_layers) {
   std::map<std::string, models::LinearShape> layers;
-  for (const auto& layer : models::linear_layers(config)) layers[layer.name] = layer;
+  for (const auto& layer : linear_layers) layers[layer.name] = layer;
   std::vector<models::LoraFile> files;
   for (const auto& spec : loras) {
     io::require_regular_file(spec.path, "sample", "a LoRA file");

@@ -13,15 +13,13 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
-#include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/error.h"
 #include "remat/io/safetensors.h"
-#include "remat/models/flux.h"
 #include "remat/models/lora_formats.h"
 #include "remat/sample/sampler.h"
-#include "remat/sample/scheduler.h"
 #include "remat/train/image_data.h"
 #include "remat/train/model_source.h"
+#include "remat/train/text_to_image.h"
 #include "remat/train/transformer.h"
 
 namespace remat::train {
@@ -184,9 +182,9 @@ DemoTrainingData read_demo_training_data(const TrainConfig& config, const std::f
 
 namespace {
 
-std::vector<LabelledLatents> sample_all(models::FluxImpl& transformer, const sample::FlowMatchSchedulerConfig& scheduler,
-                                        const std::vector<CachedPrompt>& prompts, const DemoQualityOptions& options,
-                                        int64_t latent_size, int64_t vae_scale_factor) {
+std::vector<LabelledLatents> sample_all(sample::Denoiser& denoiser, const std::vector<CachedPrompt>& prompts,
+                                        const DemoQualityOptions& options, int64_t latent_size,
+                                        int64_t vae_scale_factor) {
   std::vector<LabelledLatents> out;
   sample::SamplingSettings settings;
   // The pixel size whose latents the pipeline's VAE makes latent_size wide (the demo's: 32 pixels
@@ -199,7 +197,7 @@ std::vector<LabelledLatents> sample_all(models::FluxImpl& transformer, const sam
     const sample::PromptEmbeddings embeddings{prompt.prompt_embeds, prompt.pooled_prompt_embeds};
     for (int64_t seed = 0; seed < options.seeds_per_caption; ++seed) {
       settings.seed = static_cast<uint64_t>(seed);
-      out.push_back({sample::denoise(transformer, scheduler, embeddings, nullptr, settings),
+      out.push_back({denoiser.denoise(embeddings, nullptr, settings),
                      *parse_demo_caption(prompt.caption)});
     }
   }
@@ -254,8 +252,11 @@ double spread(const std::vector<LabelledLatents>& samples, int64_t seeds, bool g
 
 DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQualityOptions& options,
                                        const std::function<void(const std::string&)>& log) {
-  if (config.model_family != "flux") {
-    throw ValidationError("model_family", config.model_family, "[demo-quality] the demo check samples Flux models");
+  const ModelFamily& family = model_family(config.model_family);
+  if (!family.samples()) {
+    throw ValidationError("model_family", config.model_family,
+                          "[demo-quality] the demo check samples the trained model, and model_family '" +
+                              config.model_family + "' has no sampler in remat");
   }
   if (options.seeds_per_caption < 1 || options.num_inference_steps < 1) {
     throw_value_error("[demo-quality] seeds per caption and steps must be >= 1");
@@ -290,23 +291,19 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
   log("[demo-quality] " + source.describe());
   auto model = make_transformer(spec, at::Device(at::kCPU));
   model->module().eval();
-  auto& flux = dynamic_cast<models::FluxImpl&>(model->module());
-  const fs::path pipeline(image_pipeline_folder(config));
-  const auto vae = encoders::AutoencoderKLConfig::from_file((pipeline / "vae" / "config.json").string());
-  const int64_t vae_scale_factor = int64_t{1} << (vae.block_out_channels.size() - 1);
+  const auto pipeline = make_text_to_image(family, image_pipeline_folder(config), config.model_flavour, &spec);
+  const int64_t vae_scale_factor = pipeline->vae_scale_factor();
   report.pixels = report.latent_size * vae_scale_factor;
-  const std::string scheduler_json = (pipeline / "scheduler" / "scheduler_config.json").string();
-  const auto scheduler = fs::is_regular_file(scheduler_json) ? sample::FlowMatchSchedulerConfig::from_json_file(scheduler_json)
-                                                             : sample::FlowMatchSchedulerConfig::flux_dev();
+  const auto denoiser = pipeline->denoiser_for(*model);
 
   const auto start = std::chrono::steady_clock::now();
   log("[demo-quality] sampling the base model: " + std::to_string(data.prompts.size()) + " captions x " +
       std::to_string(options.seeds_per_caption) + " seeds, " + std::to_string(options.num_inference_steps) + " steps");
-  const auto untrained = sample_all(flux, scheduler, data.prompts, options, report.latent_size, vae_scale_factor);
+  const auto untrained = sample_all(*denoiser, data.prompts, options, report.latent_size, vae_scale_factor);
   // The LoRA is read and merged as `remat sample` does it (any format read_lora_file knows).
   models::merge_lora(model->module(), models::read_lora_file(report.lora_path), 1.0);
   log("[demo-quality] sampling with the trained LoRA " + report.lora_path);
-  const auto trained = sample_all(flux, scheduler, data.prompts, options, report.latent_size, vae_scale_factor);
+  const auto trained = sample_all(*denoiser, data.prompts, options, report.latent_size, vae_scale_factor);
   report.sampling_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.samples_per_model = static_cast<int64_t>(untrained.size());
   report.distance_training = mean_feature_distance(data.latents, data.latents);

@@ -15,8 +15,6 @@ namespace remat::train {
 namespace fs = std::filesystem;
 
 namespace {
-// Flux's VAE downsamples 8x and the transformer packs 2x2 latent patches.
-constexpr int64_t kFluxPixelMultiple = 16;
 // Files named per skip reason in the summary; the rest are counted.
 constexpr size_t kNamedPerReason = 3;
 
@@ -70,7 +68,7 @@ ScannedImageData scan_image_data(const TrainConfig& config, const LogFn& log) {
   const std::string option = config.data_backend_config ? "data_backend_config" : "instance_data_dir";
   const std::string value = config.data_backend_config ? *config.data_backend_config
                                                        : config.instance_data_dir.value_or("");
-  if (!family.encodes_images) {
+  if (!family.encodes_images()) {
     throw ValidationError(option, value,
                           "[train] " + option + " '" + value + "' is an image dataset, but remat has no image and " +
                               "text encoders for model_family " + family.name +
@@ -84,7 +82,7 @@ ScannedImageData scan_image_data(const TrainConfig& config, const LogFn& log) {
   for (const auto& warning : out.backends.warnings) log("[data] warning: " + warning);
   const uint64_t seed = static_cast<uint64_t>(config.seed.value_or(0));
   for (const auto& backend : out.backends.images) {
-    out.datasets.push_back(data::scan_image_dataset(backend, seed, kFluxPixelMultiple));
+    out.datasets.push_back(data::scan_image_dataset(backend, seed, family.encoders.pixel_multiple));
     const auto& scanned = out.datasets.back();
     log("[data] dataset '" + backend.id + "' (" + backend.instance_data_dir + "): " +
         std::to_string(scanned.images.size()) + " image(s), " + std::to_string(scanned.skipped.size()) +
@@ -125,7 +123,7 @@ std::string image_pipeline_folder(const TrainConfig& config) {
                               "; `remat make-demo-pipeline` writes a tiny one");
   }
   try {
-    encoders::PipelineFolder::open(path, encoders::flux_encoder_components({}));
+    encoders::PipelineFolder::open(path, model_family(config.model_family).encoders.components());
   } catch (const c10::ValueError& e) {
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] an image run needs the pipeline folder's encoders: " +
@@ -138,6 +136,7 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
                                    bool terminal, const data::CacheShare& share) {
   data::CacheOptions options;
   options.pipeline_folder = image_pipeline_folder(config);
+  options.encoders = model_family(config.model_family).encoders;
   options.dtype = config.mixed_precision == "bf16" ? "bf16" : "fp32";
   options.device = at::Device(config.device);  // resolved by load_train_config ("auto" -> cpu / cuda)
   options.tokenizer_max_length = config.tokenizer_max_length;

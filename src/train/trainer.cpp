@@ -18,7 +18,6 @@
 #include "remat/distributed/gradient_reducer.h"
 #include "remat/distributed/process_group.h"
 #include "remat/io/safetensors.h"
-#include "remat/models/flux.h"
 #include "remat/models/lora.h"
 #include "remat/models/lora_formats.h"
 #include "remat/memory.h"
@@ -707,11 +706,10 @@ void Trainer::validate(int64_t step, TrainResult& result) {
 }
 
 void Trainer::render_validation(int64_t step, TrainResult& result) {
-  auto& flux = dynamic_cast<models::FluxImpl&>(model_->module());  // validation_pipeline_folder checked the family
   // Pictures are for looking at; a failed one (a full disk, say) must not end hours of training.
   // The renderer leaves the model in training mode and the generators as they were either way.
   try {
-    result.validations.push_back(validation_->render(flux, step, device_));
+    result.validations.push_back(validation_->render(*model_, step, device_));
   } catch (const c10::Error& e) {
     hooks_.log("[validation] step " + std::to_string(step) + " failed, training continues: " + e.what_without_backtrace());
   } catch (const std::exception& e) {

@@ -119,6 +119,12 @@ std::function<at::Tensor(const std::string&)> check_named_inputs(
 
 }  // namespace support
 
+std::unique_ptr<sample::Denoiser> Transformer::denoiser(const sample::FlowMatchSchedulerConfig&) {
+  const ModelFamily& descriptor = model_family(family());
+  throw_value_error("[sample] model_family '" + descriptor.name + "' (" + descriptor.display_name +
+                    ") has no sampler in remat: it trains from latent caches, but cannot render pictures");
+}
+
 std::vector<std::pair<std::string, at::Tensor>> Transformer::trainable_parameters() {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : module().named_parameters()) {

@@ -13,7 +13,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
-#include "remat/encoders/flux_encoders.h"
+#include "remat/train/family.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/io/bounded_json.h"
 #include "remat/io/files.h"
@@ -172,21 +172,23 @@ std::string validation_image_file_name(int64_t step, const std::string& shortnam
 std::string validation_pipeline_folder(const TrainConfig& config) {
   const std::string off = "; set validation_disable=true (or remove validation_prompt and user_prompt_library) "
                           "to train without validation images";
-  if (config.model_family != "flux") {
+  const ModelFamily& family = model_family(config.model_family);
+  if (!family.samples()) {
     throw ValidationError("model_family", config.model_family,
-                          "[train] validation images need a Flux model: remat samples only Flux.1 "
-                          "(model_family flux), got model_family '" + config.model_family + "'" + off);
+                          "[train] validation images need a model family remat samples; model_family '" +
+                              config.model_family + "' (" + family.display_name +
+                              ") has no encoders or sampler in remat" + off);
   }
   const std::string path = config.pretrained_model_name_or_path.value_or("");
   if (path.empty() || !encoders::is_pipeline_folder(path)) {
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] validation images are rendered with the pipeline's text encoders and VAE, so "
-                          "pretrained_model_name_or_path must be a diffusers Flux pipeline folder (model_index.json, "
-                          "vae/, text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/), got '" + path + "'" +
-                              (path.empty() ? " (unset)" : "") + off);
+                          "pretrained_model_name_or_path must be a diffusers pipeline folder (model_index.json and "
+                          "the components " + detail::join(family.encoders.components(), ", ") + "), got '" + path +
+                              "'" + (path.empty() ? " (unset)" : "") + off);
   }
   try {
-    encoders::PipelineFolder::open(path, encoders::flux_encoder_components({}));
+    encoders::PipelineFolder::open(path, family.encoders.components());
   } catch (const c10::ValueError& e) {
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] validation images need the pipeline folder's encoders: " +

@@ -11,15 +11,13 @@
 #include <torch/torch.h>
 
 #include "remat/autocast.h"
-#include "remat/encoders/autoencoder_kl_config.h"
-#include "remat/encoders/flux_encoders.h"
-#include "remat/encoders/pipeline_folder.h"
 #include "remat/generator_guard.h"
 #include "remat/memory.h"
-#include "remat/models/flux.h"
 #include "remat/sample/png_file.h"
 #include "remat/sample/sampler.h"
-#include "remat/sample/scheduler.h"
+#include "remat/train/model_source.h"
+#include "remat/train/text_to_image.h"
+#include "remat/train/transformer.h"
 #include "remat/train/validation_images.h"
 
 namespace remat::train {
@@ -68,10 +66,9 @@ struct ValidationRenderer::State {
   std::vector<ValidationResolution> resolutions;
   std::vector<sample::PromptEmbeddings> embeddings;  // per prompt, float32 on the CPU
   std::optional<sample::PromptEmbeddings> negative;  // when real CFG is on
-  sample::FlowMatchSchedulerConfig scheduler;
-  at::ScalarType encoder_dtype = at::kFloat;
+  std::unique_ptr<FamilyPipeline> pipeline;          // the family's encoders and scheduler
+  encoders::EncoderSettings encoder_settings;
   uint64_t seed = 0;
-  int64_t vae_scale_factor = 8;  // 2^(levels - 1) of the pipeline's VAE: sizes the latent grid
 };
 
 ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : state_(std::make_unique<State>()) {
@@ -84,38 +81,32 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : s
   s.resolutions = parse_validation_resolutions(config.validation_resolution);
   s.output_dir = (fs::path(config.output_dir) / "validation_images").string();
   s.seed = config.validation_seed_value();
-  // The caching phase's dtype: the embeddings are what training sees for the same captions.
-  s.encoder_dtype = config.mixed_precision == "bf16" ? at::kBFloat16 : at::kFloat;
-
-  encoders::FluxEncodersOptions options;
-  options.dtype = s.encoder_dtype;
-  options.max_sequence_length = config.tokenizer_max_length;
-  options.device = at::Device(config.device);  // the run's device, as the caching phase encodes
-  options.load_vae = false;
-  const auto folder = encoders::PipelineFolder::open(s.pipeline_folder, encoders::flux_encoder_components(options));
-  const auto vae_config = encoders::AutoencoderKLConfig::from_file(
-      (fs::path(encoders::PipelineFolder::open(s.pipeline_folder, {"vae"}).directory("vae")) / "config.json").string());
-  s.vae_scale_factor = int64_t{1} << (vae_config.num_blocks() - 1);
-  if (folder.components.count("scheduler")) {
-    s.scheduler = sample::FlowMatchSchedulerConfig::from_json_file(
-        (fs::path(folder.directory("scheduler")) / "scheduler_config.json").string());
-  } else {
-    s.scheduler = config.model_flavour == "schnell" ? sample::FlowMatchSchedulerConfig::flux_schnell()
-                                                    : sample::FlowMatchSchedulerConfig::flux_dev();
-  }
+  // The caching phase's dtype and device: the embeddings are what training sees for the same captions.
+  s.encoder_settings.dtype = config.mixed_precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  s.encoder_settings.max_sequence_length = config.tokenizer_max_length;
+  s.encoder_settings.device = at::Device(config.device);
+  // The pipeline's encoders and scheduler with the run's own transformer (checked to fit them).
+  TransformerSpec transformer;
+  transformer.family = config.model_family;
+  transformer.preset = config.model_flavour;
+  const ModelSource source = resolve_model_source(config);
+  transformer.config_json = source.config_json;
+  transformer.weights = source.weights;
+  s.pipeline = make_text_to_image(model_family(config.model_family), s.pipeline_folder, config.model_flavour,
+                                  &transformer);
 
   const auto start = std::chrono::steady_clock::now();
   memory::PeakScope peak;
   {
     GlobalGeneratorGuard keep_global_generator;
     torch::NoGradGuard no_grad;
-    auto encoders = encoders::FluxEncoders::load(folder, options);
+    const auto encoders = s.pipeline->load_prompt_encoder(s.encoder_settings);
     const auto encode = [&](const std::string& prompt) {
-      auto e = encoders.encode_prompt(prompt);
+      auto e = encoders->encode_caption(prompt);
       for (const auto& w : e.warnings) s.log("[validation] " + w);
       // float32, as batch_to gives the training step its cached embeddings.
-      return sample::PromptEmbeddings{e.prompt_embeds.to(at::kFloat).contiguous(),
-                                      e.pooled_prompt_embeds.to(at::kFloat).contiguous()};
+      const auto to_float = [](const at::Tensor& t) { return t.defined() ? t.to(at::kFloat).contiguous() : t; };
+      return sample::PromptEmbeddings{to_float(e.prompt_embeds), to_float(e.pooled_prompt_embeds)};
     };
     for (const auto& p : s.prompts) s.embeddings.push_back(encode(p.prompt));
     if (config.validation_guidance_real > 1.0) s.negative = encode(config.validation_negative_prompt);
@@ -134,14 +125,14 @@ const std::vector<ValidationResolution>& ValidationRenderer::resolutions() const
 int64_t ValidationRenderer::held_bytes() const {
   int64_t bytes = 0;
   const auto add = [&](const sample::PromptEmbeddings& e) {
-    bytes += e.prompt_embeds.nbytes() + e.pooled_prompt_embeds.nbytes();
+    bytes += e.prompt_embeds.nbytes() + (e.pooled_prompt_embeds.defined() ? e.pooled_prompt_embeds.nbytes() : 0);
   };
   for (const auto& e : state_->embeddings) add(e);
   if (state_->negative) add(*state_->negative);
   return static_cast<int64_t>(bytes);
 }
 
-ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t step, const at::Device& device) {
+ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step, const at::Device& device) {
   State& s = *state_;
   ValidationRun report;
   report.step = step;
@@ -156,14 +147,15 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
   settings.true_cfg_scale = s.negative ? s.config.validation_guidance_real : 1.0;
   settings.no_cfg_until_step = s.config.validation_no_cfg_until_timestep;
   settings.seed = s.seed;
-  settings.vae_scale_factor = s.vae_scale_factor;
+  settings.vae_scale_factor = s.pipeline->vae_scale_factor();
 
   // 1. Every picture's latents, with the transformer as the training step runs it (the same
   //    autocast), in eval mode and without gradients.
   std::vector<std::vector<at::Tensor>> latents(s.prompts.size());
   {
     torch::NoGradGuard no_grad;
-    EvalMode eval(transformer);
+    EvalMode eval(transformer.module());
+    const auto denoiser = s.pipeline->denoiser_for(transformer);
     const std::optional<at::ScalarType> autocast =
         s.config.mixed_precision == "bf16" ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt;
     AutocastGuard mixed_precision(AutocastSnapshot::with(autocast, device));
@@ -173,8 +165,7 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
         settings.height = r.height;
         // A fresh generator per picture (SimpleTuner's _get_generator): what changes between
         // steps is the model, not the noise.
-        latents[p].push_back(sample::denoise(transformer, s.scheduler, s.embeddings[p],
-                                             s.negative ? &*s.negative : nullptr, settings));
+        latents[p].push_back(denoiser->denoise(s.embeddings[p], s.negative ? &*s.negative : nullptr, settings));
       }
     }
   }
@@ -184,20 +175,17 @@ ValidationRun ValidationRenderer::render(models::FluxImpl& transformer, int64_t 
   {
     torch::NoGradGuard no_grad;
     const auto load_start = std::chrono::steady_clock::now();
-    encoders::FluxEncodersOptions options;
-    options.dtype = s.encoder_dtype;
-    options.device = device;
-    options.load_text = false;
-    const auto folder = encoders::PipelineFolder::open(s.pipeline_folder, encoders::flux_encoder_components(options));
-    auto vae = encoders::FluxEncoders::load(folder, options);
+    encoders::EncoderSettings on_device = s.encoder_settings;
+    on_device.device = device;
+    const auto vae = s.pipeline->load_autoencoder(on_device);
     report.vae_load_seconds = seconds_since(load_start);
     for (size_t p = 0; p < s.prompts.size(); ++p) {
       for (size_t r = 0; r < s.resolutions.size(); ++r) {
         const auto& res = s.resolutions[r];
         // Tiled above 1024 px a side, as `remat sample` decodes by default: an untiled 1024x1024
         // decode alone holds several GiB of activations (docs/VAE.md).
-        vae.vae()->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
-        const at::Tensor pixels = sample::to_uint8_image(vae.decode_latents(latents[p][r]));
+        vae->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
+        const at::Tensor pixels = sample::to_uint8_image(vae->decode_latents(latents[p][r]));
         const std::string name = validation_image_file_name(step, s.prompts[p].shortname, static_cast<int64_t>(r), res);
         sample::PngText text = {{"prompt", s.prompts[p].prompt},
                                 {"seed", std::to_string(s.seed)},

@@ -19,6 +19,7 @@
 #include "remat/memory.h"
 #include "remat/models/flux.h"
 #include "remat/sample/pipeline.h"
+#include "remat/train/text_to_image.h"
 #include "remat/train/config.h"
 #include "remat/train/trainer.h"
 #include "flux_tiny_dataset.h"
@@ -195,9 +196,9 @@ TEST(GpuPipeline, TextEncodersTransformerAndVaeOnTheDeviceMatchTheCpu) {
   request.settings.height = 48;
   request.settings.num_inference_steps = 3;
   request.settings.seed = 11;
-  const at::Tensor on_cpu = sample::run_pipeline(options, {request}).at(0);
+  const at::Tensor on_cpu = train::run_text_to_image(options, {request}).at(0);
   options.device = kCuda;
-  const at::Tensor on_gpu = sample::run_pipeline(options, {request}).at(0);
+  const at::Tensor on_gpu = train::run_text_to_image(options, {request}).at(0);
   ASSERT_EQ(on_gpu.sizes(), on_cpu.sizes());
   EXPECT_TRUE(on_gpu.device().is_cpu());  // pictures come back to the host
   // uint8 pictures: float32 on two devices may round a level apart, rarely two.

@@ -21,7 +21,9 @@
 #include "remat/memory.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
+#include "remat/sample/flux_sampler.h"
 #include "remat/sample/pipeline.h"
+#include "remat/train/text_to_image.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
@@ -67,6 +69,21 @@ class PipelineTest : public ::testing::Test {
   static models::FluxConfig transformer_config() {
     return models::FluxConfig::from_json_file(folder() + "/transformer/config.json");
   }
+  static std::vector<models::LoraFile> read_loras(const std::vector<LoraSpec>& specs) {
+    return read_loras_for(specs, models::linear_layers(transformer_config()));
+  }
+  // The pipeline folder's transformer as `remat sample` loads it (float32), LoRAs merged. The
+  // Flux module is shared with the family's adapter, so it outlives it.
+  static models::Flux load_transformer(const std::vector<LoraSpec>& specs = {},
+                                       const models::BasePrecision& precision = {}) {
+    train::TransformerSpec spec;
+    spec.family = "flux";
+    spec.config_json = folder() + "/transformer/config.json";
+    spec.weights = folder() + "/transformer";
+    spec.base_precision = precision;
+    auto model = train::load_transformer_with_loras(spec, read_loras(specs), specs);
+    return models::Flux(std::dynamic_pointer_cast<models::FluxImpl>(model->module().shared_from_this()));
+  }
 
   void SetUp() override {
     options_.folder = folder();
@@ -79,7 +96,7 @@ class PipelineTest : public ::testing::Test {
   }
 
   std::vector<at::Tensor> run(const std::vector<SampleRequest>& requests, const PipelineEvents& events = {}) {
-    return run_pipeline(options_, requests, events);
+    return train::run_text_to_image(options_, requests, events);
   }
   at::Tensor run_one() { return run({request_}).at(0); }
 
@@ -231,8 +248,7 @@ TEST_F(PipelineTest, MergedLorasComputeWhatTheirLiveBranchesCompute) {
   const auto first = write_peft_lora(dir / "a.safetensors", config, 5);
   const auto second = write_peft_lora(dir / "b.safetensors", config, 6, /*rank=*/2, /*alpha=*/2.0);
   const std::vector<LoraSpec> specs = {{dir / "a.safetensors", 0.5}, {dir / "b.safetensors", -1.0}};
-  auto merged = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU,
-                                                  read_loras_for(specs, config), specs);
+  auto merged = load_transformer(specs);
   // The base model plus the output of each LoRA's branch, computed separately: sum_j scale_j *
   // (alpha_j / r_j) * x A_j^T B_j^T on every adapted layer.
   models::Flux base(config);
@@ -279,18 +295,17 @@ TEST_F(PipelineTest, QuantizedTransformerLoadsAsThePlainOneQuantizedInPlace) {
   torch::NoGradGuard no_grad;
   for (const char* name : {"int8-quanto", "nf4-bnb"}) {
     const auto precision = models::parse_base_model_precision(name);
-    auto quantized = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU, {}, {}, precision);
-    auto plain = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU, {}, {});
+    auto quantized = load_transformer({}, precision);
+    auto plain = load_transformer();
     EXPECT_GT(models::quantize_linear_layers(*plain, precision).size(), 10u);
     EXPECT_TRUE(at::equal(quantized->forward(x, text, pooled, t, img_ids, txt_ids, g),
                           plain->forward(x, text, pooled, t, img_ids, txt_ids, g)))
         << name;
 
-    auto with_lora = load_transformer_with_loras(folder() + "/transformer", at::kFloat, c10::kCPU,
-                                                 read_loras_for(specs, config), specs, precision);
+    auto with_lora = load_transformer(specs, precision);
     // Reference: the quantised plain model with the LoRA merged by hand into each dequantised
     // weight (float32), quantised again.
-    const auto lora = read_loras_for(specs, config);
+    const auto lora = read_loras(specs);
     for (const auto& item : plain->named_modules()) {
       auto* linear = dynamic_cast<models::LinearImpl*>(item.value().get());
       const auto it = lora[0].modules.find(item.key());

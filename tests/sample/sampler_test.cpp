@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "remat/models/flux.h"
-#include "remat/sample/sampler.h"
+#include "remat/sample/flux_sampler.h"
 #include "value_error.h"
 
 namespace remat::sample {

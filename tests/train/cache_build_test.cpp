@@ -66,6 +66,7 @@ class CacheBuild : public ::testing::Test {
   CacheOptions options() const {
     CacheOptions o;
     o.pipeline_folder = pipeline_->str();
+    o.encoders = encoders::flux_family_encoders();
     o.dtype = "fp32";
     o.tokenizer_max_length = 16;
     o.seed = 42;

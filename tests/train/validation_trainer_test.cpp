@@ -212,7 +212,7 @@ TEST_F(ValidationTrainer, RefusesRunsThatCannotRenderBeforeAnyModelLoads) {
 
   auto mageflow = config("mage", validation_flags());
   mageflow.model_family = "mageflow";
-  EXPECT_NE(error_of([&] { run_training(mageflow, quiet_hooks()); }).find("validation images need a Flux model"),
+  EXPECT_NE(error_of([&] { run_training(mageflow, quiet_hooks()); }).find("validation images need a model family remat samples"),
             std::string::npos);
 
   // validation_disable turns it off: the same run trains.

@@ -21,6 +21,7 @@
 #include "remat/sample/pipeline.h"
 #include "remat/sample/png_file.h"
 #include "remat/train/startup_checks.h"
+#include "remat/train/text_to_image.h"
 #include "utf8.h"
 
 namespace remat::cli {
@@ -216,7 +217,7 @@ int run_sample(const std::vector<std::string>& args) {
     sample::write_png(paths[index], pixels, png_text(requests[index]));
     std::cout << "wrote " << paths[index] << " (" << pixels.size(1) << " x " << pixels.size(0) << ")\n";
   };
-  sample::run_pipeline(options, requests, events);
+  train::run_text_to_image(options, requests, events);
   std::cerr << "remat sample: peak memory (tracked CPU tensors): " << memory::format_bytes(memory::peak_bytes())
             << "\n";
   return 0;

@@ -27,6 +27,7 @@
 #include <c10/core/Device.h>
 
 #include "remat/data/image_dataset.h"
+#include "remat/encoders/model_encoders.h"
 #include "remat/export.h"
 
 namespace remat::data {
@@ -48,7 +49,10 @@ struct CacheShare {
 };
 
 struct CacheOptions {
-  std::string pipeline_folder;  ///< the diffusers pipeline folder with vae/ and the text encoders
+  std::string pipeline_folder;  ///< the diffusers pipeline folder with the family's encoders
+  /// The model family's encoders (its ModelFamily::encoders): what encodes the pictures and the
+  /// captions, and the folder components that identify the entries they make.
+  encoders::FamilyEncoders encoders;
   std::string dtype = "bf16";   ///< encoders' dtype: "bf16" or "fp32"
   /// Where the encoders run (the training device); the cached tensors are stored from the CPU.
   at::Device device = at::kCPU;

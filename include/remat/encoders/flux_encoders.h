@@ -17,6 +17,7 @@
 #include "remat/encoders/autoencoder_kl.h"
 #include "remat/encoders/clip_text_model.h"
 #include "remat/encoders/clip_tokenizer.h"
+#include "remat/encoders/model_encoders.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/encoders/t5_encoder.h"
 #include "remat/encoders/t5_tokenizer.h"
@@ -60,7 +61,8 @@ struct LoadedComponent {
   int64_t bytes = 0;      ///< parameter bytes in the loaded dtype
 };
 
-class REMAT_API FluxEncoders {
+/// Flux.1's encoders: CLIP-L and T5 for captions, its AutoencoderKL for pictures.
+class REMAT_API FluxEncoders final : public PromptEncoder, public ImageAutoencoder {
  public:
   /// Loads the selected components of `folder` (opened with at least flux_encoder_components)
   /// strictly, each from its config.json straight into options.dtype. Errors name the file and
@@ -71,17 +73,21 @@ class REMAT_API FluxEncoders {
   /// padded to max_sequence_length -> last hidden state. Neither encoder is given an attention
   /// mask (FluxPipeline gives none). Needs the text encoders.
   FluxPromptEmbeddings encode_prompt(const std::string& caption);
+  /// encode_prompt's embeddings and warnings.
+  EncodedPrompt encode_caption(const std::string& caption) override;
 
   /// VAE input (1, 3, H, W) in [-1, 1] -> transformer latents (C, H / f, W / f) in float32,
   /// f = vae_scale_factor(): the posterior's sample drawn from `generator`, or its mean when none
   /// is given. H and W must be multiples of 2 f (Flux packs 2 x 2 latent patches).
-  at::Tensor encode_image(const at::Tensor& vae_input, c10::optional<at::Generator> generator);
+  at::Tensor encode_image(const at::Tensor& vae_input, c10::optional<at::Generator> generator) override;
 
   /// Transformer latents (C, h, w) -> decoded image (1, 3, f h, f w), roughly in [-1, 1].
-  at::Tensor decode_latents(const at::Tensor& latents);
+  at::Tensor decode_latents(const at::Tensor& latents) override;
+  /// The VAE decodes and encodes in tiles (has_vae() only).
+  void set_tiling(bool tiled) override;
 
   /// 2^(levels - 1): pixels per latent pixel (8 for Flux's VAE).
-  int64_t vae_scale_factor() const;
+  int64_t vae_scale_factor() const override;
   bool has_vae() const { return !vae_.is_empty(); }
   bool has_text() const { return !clip_.is_empty(); }
   /// The VAE, to set tiling or slicing (has_vae() only).
@@ -99,5 +105,9 @@ class REMAT_API FluxEncoders {
   std::optional<T5Tokenizer> t5_tokenizer_;
   std::vector<LoadedComponent> loaded_;
 };
+
+/// Flux.1's encoders for code that runs any family's (remat/encoders/model_encoders.h): text from
+/// text_encoder/ + tokenizer/ (CLIP) and text_encoder_2/ + tokenizer_2/ (T5), pictures from vae/.
+REMAT_API FamilyEncoders flux_family_encoders();
 
 }  // namespace remat::encoders

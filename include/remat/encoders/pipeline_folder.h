@@ -123,6 +123,10 @@ struct REMAT_API PipelineFolder {
   const std::string& directory(const std::string& name) const;
 };
 
+/// model_index.json's `_class_name` of the pipeline folder `root` ("FluxPipeline"): which model
+/// family's pipeline it is. Throws naming the file when there is none or it is malformed.
+REMAT_API std::string pipeline_class(const std::string& root);
+
 /// Whether `dir` is a pipeline folder (holds model_index.json).
 REMAT_API bool is_pipeline_folder(const std::string& dir);
 /// Whether `dir` is a component folder (holds config.json).

@@ -1,17 +1,18 @@
 #pragma once
 /// \file
-/// Text to image with a diffusers Flux pipeline folder and any number of LoRAs (`remat sample`),
-/// in FluxPipeline's order of work, each model in memory only while it is needed:
-///   1. the text encoders (CLIP, T5) encode every prompt and negative prompt, then are freed;
-///   2. the transformer is built from transformer/config.json, loaded (diffusers' or Black Forest
-///      Labs' layout), the LoRAs are merged into its weights, and each request is denoised
-///      (remat/sample/sampler.h) with the scheduler of scheduler/scheduler_config.json; then the
-///      transformer is freed;
-///   3. the VAE decodes every picture (in tiles when a side exceeds PipelineOptions::
+/// Text to image with a diffusers pipeline folder and any number of LoRAs (`remat sample`), in
+/// diffusers' order of work (FluxPipeline.__call__), each model in memory only while it is needed:
+///   1. the text encoders encode every prompt and negative prompt, then are freed;
+///   2. the transformer is built from transformer/config.json, loaded, the LoRAs are merged into
+///      its weights, and each request is denoised (remat/sample/sampler.h Denoiser) with the
+///      pipeline's scheduler; then the transformer is freed;
+///   3. the autoencoder decodes every picture (in tiles when a side exceeds PipelineOptions::
 ///      vae_tiling_above) and the pixels are handed out one picture at a time.
-/// Everything that can be checked without running a model (sizes, the folder's components, the
-/// scheduler config, every LoRA file's format and its fit to the transformer's shapes) is checked
-/// before the first model loads, so bad input fails in seconds and before any output.
+/// The model family supplies each part through a TextToImage (remat/train/text_to_image.h makes
+/// one for any registered family); run_pipeline only orders the work. Everything that can be
+/// checked without running a model (sizes, the folder's components, the scheduler config, every
+/// LoRA file's format and its fit to the transformer's shapes, memory) is checked before the first
+/// model loads, so bad input fails in seconds and before any output.
 
 #include <cstdint>
 #include <functional>
@@ -22,10 +23,11 @@
 #include <ATen/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "remat/encoders/model_encoders.h"
 #include "remat/export.h"
-#include "remat/models/quantization.h"
-#include "remat/models/flux.h"
+#include "remat/models/lora.h"
 #include "remat/models/lora_formats.h"
+#include "remat/models/quantization.h"
 #include "remat/sample/sampler.h"
 
 namespace remat::sample {
@@ -41,13 +43,13 @@ struct LoraSpec {
 REMAT_API LoraSpec parse_lora_spec(const std::string& text);
 
 struct PipelineOptions {
-  std::string folder;  ///< the diffusers Flux pipeline folder (model_index.json)
+  std::string folder;  ///< the diffusers pipeline folder (model_index.json)
   std::vector<LoraSpec> loras;
   /// Weights and computation of every model: bfloat16 (as the published files) or float32.
   at::ScalarType dtype = at::kBFloat16;
   /// Where the text encoders, the transformer and the VAE run (one after the other).
   c10::Device device = c10::kCPU;
-  /// T5 tokens per prompt (FluxPipeline's max_sequence_length: 512 for dev, 256 for schnell).
+  /// Text tokens per prompt (FluxPipeline's max_sequence_length: T5's, 512 for dev, 256 for schnell).
   int64_t max_sequence_length = 512;
   /// The VAE decodes in tiles (diffusers' enable_tiling, its tile size from vae/config.json's
   /// sample_size) when the picture's width or height exceeds this many pixels; below it the
@@ -84,26 +86,46 @@ struct PipelineEvents {
 /// Throws c10::ValueError naming the request and the value.
 REMAT_API void check_requests(const std::vector<SampleRequest>& requests);
 
-/// The LoRA files of `loras`, read, each checked against the Linear layers `config` defines
-/// (module names and factor shapes, from the config alone): a file for another model shape is a
-/// c10::ValueError naming the file, the module and both shapes, before any model is built.
+/// The LoRA files of `loras`, read, each checked against the Linear layers of the transformer
+/// (`layers`: module names and shapes, from its config alone: ModelFamily::linear_layers): a file
+/// for another model shape is a c10::ValueError naming the file, the module and both shapes,
+/// before any model is built.
 REMAT_API std::vector<models::LoraFile> read_loras_for(const std::vector<LoraSpec>& loras,
-                                                       const models::FluxConfig& config);
+                                                       const std::vector<models::LinearShape>& layers);
 
-/// Builds the Flux transformer of a pipeline folder's transformer/ directory directly in `dtype`
-/// (no float32 copy of a bf16 model), loads its weights strictly (diffusers' or Black Forest
-/// Labs' layout), merges `loras` (with their specs' scales, in order) and moves it to `device`,
-/// in eval mode. With a quantising `precision` the block Linears are quantised while they load
-/// (never held in full precision) and a LoRA is merged into each one's dequantised weight, which
-/// is then quantised again.
-REMAT_API models::Flux load_transformer_with_loras(const std::string& transformer_dir, at::ScalarType dtype,
-                                                   c10::Device device, const std::vector<models::LoraFile>& loras,
-                                                   const std::vector<LoraSpec>& specs,
-                                                   const models::BasePrecision& precision = {});
+/// One model family's text-to-image parts over one pipeline folder: what run_pipeline needs from
+/// the family, each model loaded only when asked for.
+class REMAT_API TextToImage {
+ public:
+  virtual ~TextToImage() = default;
+  /// f of the pipeline's autoencoder: pixels per latent pixel (SamplingSettings::vae_scale_factor).
+  virtual int64_t vae_scale_factor() const = 0;
+  /// Checks, before any model loads, what only the family knows: the options (dtype,
+  /// max_sequence_length), each request's size against the family's latent grid, and that the
+  /// largest transient of each stage fits the memory the device has. Throws c10::ValueError
+  /// naming the value.
+  virtual void check(const PipelineOptions& options, const std::vector<SampleRequest>& requests) const = 0;
+  /// read_loras_for with the transformer's Linear layers.
+  virtual std::vector<models::LoraFile> read_loras(const std::vector<LoraSpec>& loras) const = 0;
+  /// The text encoders, in settings.dtype on settings.device.
+  virtual std::unique_ptr<encoders::PromptEncoder> load_prompt_encoder(
+      const encoders::EncoderSettings& settings) const = 0;
+  /// The transformer, built directly in settings.dtype (no float32 copy of a bf16 model), its
+  /// weights loaded strictly, `loras` merged with their specs' scales in order, on settings.device
+  /// in eval mode, with the pipeline's scheduler. With a quantising `precision` the base Linears
+  /// are quantised while they load and a LoRA is merged into each one's dequantised weight.
+  virtual std::unique_ptr<Denoiser> load_denoiser(const encoders::EncoderSettings& settings,
+                                                  const std::vector<models::LoraFile>& loras,
+                                                  const std::vector<LoraSpec>& specs,
+                                                  const models::BasePrecision& precision) const = 0;
+  /// The autoencoder, in settings.dtype on settings.device.
+  virtual std::unique_ptr<encoders::ImageAutoencoder> load_autoencoder(
+      const encoders::EncoderSettings& settings) const = 0;
+};
 
 /// The whole text-to-image run (see the file comment). Returns the pictures, uint8 (H, W, 3), in
 /// request order (also handed to events.on_image as each is decoded).
-REMAT_API std::vector<at::Tensor> run_pipeline(const PipelineOptions& options,
+REMAT_API std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const PipelineOptions& options,
                                                const std::vector<SampleRequest>& requests,
                                                const PipelineEvents& events = {});
 

@@ -1,10 +1,8 @@
 #pragma once
 /// \file
-/// Flux.1 text-to-image sampling (diffusers' FluxPipeline.__call__ in
-/// src/diffusers/pipelines/flux/pipeline_flux.py) on a
-/// transformer that is already built: the denoising loop from prompt embeddings to latents, and
-/// the conversion of decoded pictures to 8-bit pixels. `remat sample` (remat/sample/pipeline.h)
-/// and validation during training both run exactly this loop.
+/// What sampling shares across model families: one prompt's embeddings, the settings of one
+/// picture, the Denoiser a family's transformer samples through, and the conversion of decoded
+/// pictures to 8-bit pixels.
 
 #include <cstdint>
 #include <functional>
@@ -12,15 +10,13 @@
 #include <ATen/Tensor.h>
 
 #include "remat/export.h"
-#include "remat/models/flux.h"
-#include "remat/sample/scheduler.h"
 
 namespace remat::sample {
 
-/// One prompt, encoded (remat/encoders/flux_encoders.h FluxPromptEmbeddings, without batch dim).
+/// One prompt, encoded (remat/encoders/model_encoders.h EncodedPrompt, without batch dim).
 struct PromptEmbeddings {
-  at::Tensor prompt_embeds;         ///< T5 hidden states (N_t, joint_attention_dim)
-  at::Tensor pooled_prompt_embeds;  ///< CLIP pooled output (pooled_projection_dim)
+  at::Tensor prompt_embeds;         ///< the text encoder's hidden states (N_t, width) (Flux: T5's)
+  at::Tensor pooled_prompt_embeds;  ///< a pooled vector (width) (Flux: CLIP's); undefined when the family has none
 };
 
 /// Bounds of a sample's size and step count: remat decodes and writes pictures of at most
@@ -53,18 +49,21 @@ struct SamplingSettings {
 /// Called after each denoising step with (steps done, total steps).
 using StepCallback = std::function<void(int64_t, int64_t)>;
 
-/// FluxPipeline's denoising loop on `transformer` (any dtype, any device; its current training /
-/// eval mode and LoRA branches are used as they are; gradients are not recorded). The initial noise
-/// (1, C, H / f, W / f), f = settings.vae_scale_factor, is drawn on the CPU from a generator
-/// seeded with settings.seed, in the dtype of positive.prompt_embeds, then moved to the
-/// transformer's device;
-/// no global random state is touched. `negative` is used only when settings.true_cfg_scale > 1.
-/// Returns the final latents (C, h, w) in float32 on the CPU, in the transformer's latent space
-/// (before the VAE's scaling and shift). Throws c10::ValueError for a width or height that is not
-/// a positive multiple of 16 and of 2 f, embeddings that do not fit the transformer, or steps < 1.
-REMAT_API at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig& scheduler,
-                             const PromptEmbeddings& positive, const PromptEmbeddings* negative,
-                             const SamplingSettings& settings, const StepCallback& on_step = {});
+/// A transformer ready to sample with: its family's denoising loop (Flux's:
+/// remat/sample/flux_sampler.h) on a model that is already built, with the scheduler it was made
+/// with. `remat sample` (remat/sample/pipeline.h), validation during training and the demo's
+/// quality check all sample through one.
+class REMAT_API Denoiser {
+ public:
+  virtual ~Denoiser() = default;
+  /// The denoising loop from the noise of settings.seed (drawn on a private CPU generator: no
+  /// global random state moves) to the final latents (C, h, w) in float32 on the CPU, in the
+  /// transformer's latent space. Gradients are not recorded; the model's training / eval mode and
+  /// LoRA branches are used as they are. `negative` is used only when settings.true_cfg_scale > 1.
+  /// Throws c10::ValueError for sizes or embeddings that do not fit the model.
+  virtual at::Tensor denoise(const PromptEmbeddings& positive, const PromptEmbeddings* negative,
+                             const SamplingSettings& settings, const StepCallback& on_step = {}) = 0;
+};
 
 /// diffusers' VaeImageProcessor.postprocess to PIL: a decoded picture (1, 3, H, W) or (3, H, W),
 /// roughly in [-1, 1], -> (x * 0.5 + 0.5).clamp(0, 1) in its dtype, then * 255 in float32 rounded

@@ -3,10 +3,13 @@
 /// The model-family registry. A model family is everything remat knows about one architecture,
 /// in one descriptor registered from one file (src/train/families/<name>.cpp): its name and
 /// presets, its latent-cache layout, its checkpointing capabilities and block stacks, its LoRA
-/// targets, its own options, and how to build the transformer. Options, validation, docs,
-/// `remat options --json`, the safety check, data loading, `make-demo-data`, `remat bench` and
-/// LoRA targeting all read it; nothing else names a family. docs/ARCHITECTURE.md lists what a
-/// family provides and how to add one.
+/// targets, its own options, how to build the transformer (the one way: any weight layout, any
+/// dtype, quantised or not), its encoders, its pipelines' scheduler and the denoising loop its
+/// transformer samples with (Transformer::denoiser). Options, validation, docs,
+/// `remat options --json`, the safety check, data loading and caching, `remat sample`,
+/// validation images, the demo's quality check, `make-demo-data`, `remat bench` and LoRA
+/// targeting all read it; nothing else names a family. docs/ARCHITECTURE.md lists what a family
+/// provides and how to add one.
 
 #include <cstdint>
 #include <functional>
@@ -17,8 +20,11 @@
 
 #include <c10/core/Device.h>
 
+#include "remat/encoders/model_encoders.h"
+#include "remat/encoders/pipeline_folder.h"
 #include "remat/export.h"
 #include "remat/models/lora.h"
+#include "remat/sample/scheduler.h"
 #include "remat/train/data.h"
 
 namespace remat::train {
@@ -86,9 +92,23 @@ struct ModelFamily {
       apply_flavour;
   /// What its latent cache holds.
   LatentLayout latents;
-  /// Whether remat encodes pictures and captions for this family (image datasets, `remat cache`):
-  /// Flux's VAE, CLIP and T5. Without it only latent caches train it.
-  bool encodes_images = false;
+  /// Its text encoders and autoencoder in a pipeline folder (Flux's VAE, CLIP and T5): image
+  /// datasets, `remat cache`, `remat encode`, sampling and validation load them. Unset
+  /// (!encoders.available()): only latent caches made elsewhere train it.
+  encoders::FamilyEncoders encoders;
+  /// model_index.json `_class_name` values of its diffusers pipelines ("FluxPipeline"):
+  /// `remat sample` picks the family of a folder by them (remat/train/text_to_image.h).
+  std::vector<std::string> pipeline_classes;
+  /// The most text tokens its pipelines take (FluxPipeline.check_inputs: 512).
+  int64_t max_sequence_length = 512;
+  /// Its pipelines' scheduler: the folder's scheduler/ config when it has one, else the published
+  /// one of `flavour`. Unset: the family does not sample.
+  std::function<sample::FlowMatchSchedulerConfig(const encoders::PipelineFolder& folder, const std::string& flavour)>
+      scheduler;
+  /// Checks, from the configs alone, that a pipeline folder's components fit each other and the
+  /// transformer of `spec` (the widths they exchange), so a folder assembled from different models
+  /// fails before anything loads. Throws c10::ValueError naming the files. Unset: not checked.
+  std::function<void(const encoders::PipelineFolder& folder, const TransformerSpec& spec)> check_pipeline;
   CheckpointingCapabilities checkpointing;
   /// LoRA target presets (the first is the default) and the modules each one wraps.
   std::vector<std::string> lora_target_presets;
@@ -113,6 +133,11 @@ struct ModelFamily {
   /// UI's planner refuses a step profile whose scores alone would exceed its memory limit before
   /// starting it. Unset: not sized.
   std::function<AttentionLayers(const TransformerSpec&)> attention_layers;
+
+  /// Whether it samples pictures (encoders and a scheduler; its Transformer's denoiser).
+  bool samples() const { return encoders.available() && static_cast<bool>(scheduler); }
+  /// Whether remat encodes pictures and captions for it (image datasets, `remat cache`).
+  bool encodes_images() const { return encoders.available(); }
 
   /// The LoRA target preset of `config`.
   std::string lora_target(const TrainConfig& config) const;

@@ -21,6 +21,8 @@
 #include "remat/checkpoint_plan.h"
 #include "remat/layout.h"
 #include "remat/models/quantization.h"
+#include "remat/sample/sampler.h"
+#include "remat/sample/scheduler.h"
 #include "remat/train/data.h"
 
 namespace remat::train {
@@ -44,6 +46,9 @@ struct TransformerSpec {
   /// float32; otherwise the Linears models::is_quantized_linear_name picks are quantised (for
   /// LoRA: apply_lora wraps them afterwards, training only the factors).
   models::BasePrecision base_precision;
+  /// The dtype the model is built in, directly (no float32 copy of a bf16 model): float32 for
+  /// training, the published bfloat16 for sampling.
+  at::ScalarType dtype = at::kFloat;
 };
 
 /// One model family behind a common interface.
@@ -107,11 +112,16 @@ class REMAT_API Transformer {
   virtual Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
                                 at::Generator& generator, const at::Device& device) = 0;
 
+  /// Its family's denoising loop on this transformer as it is (mode, LoRA branches, device), with
+  /// `scheduler`; the Denoiser refers to this transformer, which must outlive it. Throws
+  /// c10::ValueError for a family that does not sample (ModelFamily::samples).
+  virtual std::unique_ptr<sample::Denoiser> denoiser(const sample::FlowMatchSchedulerConfig& scheduler);
+
   /// Trainable parameters with their names (module paths).
   std::vector<std::pair<std::string, at::Tensor>> trainable_parameters();
 };
 
-/// Builds the transformer of `spec` on `device` (float32 weights) through its family's
+/// Builds the transformer of `spec` on `device` (weights in spec.dtype) through its family's
 /// descriptor, loading `spec.weights` strictly when given, and quantises its base Linears when
 /// spec.base_precision asks for it. Throws c10::ValueError naming what is wrong (an unknown
 /// family or preset, a bad config.json or weights file, fp8 without float8 dtypes).

@@ -3,7 +3,8 @@
 /// Validation images during training, with SimpleTuner's options (docs/OPTIONS.md, "Validation
 /// images"): every validation_step_interval optimizer steps, and once before the first step of a
 /// fresh run, the live training transformer (eval mode, its LoRA applied, no gradients) renders
-/// every validation prompt at every validation resolution with remat::sample::denoise; the VAE
+/// every validation prompt at every validation resolution with its family's denoiser
+/// (Transformer::denoiser, remat/sample/sampler.h); the pipeline's autoencoder
 /// decodes them into output_dir/validation_images/step_{step}_{shortname}_{idx}_{W}x{H}.png (the
 /// names SimpleTuner gives them) and index.html shows all of them side by side, one row per step.
 ///
@@ -34,11 +35,9 @@
 #include "remat/export.h"
 #include "remat/train/config.h"
 
-namespace remat::models {
-class FluxImpl;
-}
-
 namespace remat::train {
+
+class Transformer;
 
 /// One prompt to render, with the name its files and gallery column carry.
 struct ValidationPrompt {
@@ -90,9 +89,9 @@ REMAT_API bool validation_due(const TrainConfig& config, int64_t step);
 REMAT_API std::string validation_image_file_name(int64_t step, const std::string& shortname, int64_t index,
                                                  const ValidationResolution& resolution);
 
-/// Checks before any model loads that `config` can render validation images: model_family flux,
-/// and pretrained_model_name_or_path a diffusers pipeline folder with text encoders, tokenizers
-/// and its VAE (the one that made the latents training sees). Throws ValidationError naming the
+/// Checks before any model loads that `config` can render validation images: a model family that
+/// samples (ModelFamily::samples), and pretrained_model_name_or_path a diffusers pipeline folder
+/// with the family's encoders (the VAE that made the latents training sees). Throws ValidationError naming the
 /// option and how to turn validation off. Returns the pipeline folder.
 REMAT_API std::string validation_pipeline_folder(const TrainConfig& config);
 
@@ -131,7 +130,7 @@ class REMAT_API ValidationRenderer {
   /// and autocast as the training step uses it, then back in its previous mode), decodes them on
   /// `device`, writes the PNGs (text chunks as `remat sample` writes them, plus training_step)
   /// and rewrites index.html. Logs one line with the time and peak memory.
-  ValidationRun render(models::FluxImpl& transformer, int64_t step, const at::Device& device);
+  ValidationRun render(Transformer& transformer, int64_t step, const at::Device& device);
 
   const std::vector<ValidationPrompt>& prompts() const;
   const std::vector<ValidationResolution>& resolutions() const;

@@ -6,12 +6,19 @@
 
 #include <torch/torch.h>
 
+#include "remat/default_dtype.h"
+#include "remat/encoders/autoencoder_kl_config.h"
+#include "remat/encoders/clip_text_model.h"
+#include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/flux_transformer_weights.h"
+#include "remat/encoders/t5_config.h"
+#include "remat/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/lora.h"
 #include "remat/models/quantized_loading.h"
+#include "remat/sample/flux_sampler.h"
 #include "remat/train/family.h"
 #include "remat/train/schedule.h"
 #include "remat/train/transformer.h"
@@ -81,6 +88,8 @@ class FluxTransformer final : public Transformer {
 
   static models::Flux build(const TransformerSpec& spec) {
     const models::FluxConfig config = flux_config_of(spec);
+    // Built in its dtype: a bf16 model never has a float32 copy.
+    DefaultDtypeGuard dtype(spec.dtype);
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::Flux model(config);
       // Either layout (diffusers or BFL), a file or a component folder.
@@ -101,6 +110,10 @@ class FluxTransformer final : public Transformer {
   }
 
   void set_checkpoint_plan(const CheckpointPlan& plan) override { model_->set_checkpoint_plan(plan); }
+
+  std::unique_ptr<sample::Denoiser> denoiser(const sample::FlowMatchSchedulerConfig& scheduler) override {
+    return sample::flux_denoiser(*model_, scheduler);
+  }
 
   // Model inputs of a batch: x0 packed (B, N_i, 4C), ids, and the text conditioning.
   struct Inputs {
@@ -235,6 +248,45 @@ std::vector<OptionSpec> flux_options() {
   return rows;
 }
 
+std::string config_file(const encoders::PipelineFolder& folder, const char* component) {
+  return folder.directory(component) + "/config.json";
+}
+
+// FluxPipeline's scheduler: the folder's, else Black Forest Labs' published one (schnell's
+// constant shift for the schnell flavour, dev's dynamic shifting for the others).
+sample::FlowMatchSchedulerConfig flux_scheduler(const encoders::PipelineFolder& folder, const std::string& flavour) {
+  if (folder.components.count("scheduler")) {
+    return sample::FlowMatchSchedulerConfig::from_json_file(folder.directory("scheduler") + "/scheduler_config.json");
+  }
+  return flavour == "schnell" ? sample::FlowMatchSchedulerConfig::flux_schnell()
+                              : sample::FlowMatchSchedulerConfig::flux_dev();
+}
+
+// The three models must agree on the widths they exchange; a folder assembled from different
+// models would otherwise fail deep inside the first transformer call.
+void check_flux_pipeline(const encoders::PipelineFolder& folder, const TransformerSpec& spec) {
+  const auto config = flux_config_of(spec);
+  const auto vae = encoders::AutoencoderKLConfig::from_file(config_file(folder, "vae"));
+  if (vae.latent_channels * 4 != config.in_channels) {
+    throw_value_error("[sample] '" + folder.root + "': vae/config.json has latent_channels " +
+                      std::to_string(vae.latent_channels) + " but the transformer takes in_channels " +
+                      std::to_string(config.in_channels) + " (4 latent channels per 2x2 patch); the components "
+                      "come from different models");
+  }
+  const auto t5 = encoders::T5Config::from_file(config_file(folder, "text_encoder_2"));
+  if (t5.d_model != config.joint_attention_dim) {
+    throw_value_error("[sample] '" + folder.root + "': text_encoder_2/config.json has d_model " +
+                      std::to_string(t5.d_model) + " but the transformer's joint_attention_dim is " +
+                      std::to_string(config.joint_attention_dim) + "; the components come from different models");
+  }
+  const auto clip = encoders::ClipTextConfig::from_file(config_file(folder, "text_encoder"));
+  if (clip.hidden_size != config.pooled_projection_dim) {
+    throw_value_error("[sample] '" + folder.root + "': text_encoder/config.json has hidden_size " +
+                      std::to_string(clip.hidden_size) + " but the transformer's pooled_projection_dim is " +
+                      std::to_string(config.pooled_projection_dim) + "; the components come from different models");
+  }
+}
+
 }  // namespace
 
 void register_family_flux() {
@@ -248,7 +300,11 @@ void register_family_flux() {
   f.apply_flavour = apply_flux_flavour;
   f.latents = LatentLayout{kFluxName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
                            /*variable_text_length=*/false};
-  f.encodes_images = true;  // remat/encoders/flux_encoders.h
+  f.encoders = encoders::flux_family_encoders();  // CLIP-L, T5 and the VAE (remat/encoders/flux_encoders.h)
+  f.pipeline_classes = {"FluxPipeline"};
+  f.max_sequence_length = 512;  // FluxPipeline.check_inputs
+  f.scheduler = flux_scheduler;
+  f.check_pipeline = check_flux_pipeline;
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
                      {"double blocks", "single blocks"}};
   f.lora_target_presets = models::flux_lora_target_preset_names();

@@ -1,0 +1,12 @@
+#include "remat/encoders/model_encoders.h"
+
+namespace remat::encoders {
+
+std::vector<std::string> FamilyEncoders::components(bool text, bool image) const {
+  std::vector<std::string> names;
+  if (text) names.insert(names.end(), text_components.begin(), text_components.end());
+  if (image) names.insert(names.end(), image_components.begin(), image_components.end());
+  return names;
+}
+
+}  // namespace remat::encoders
