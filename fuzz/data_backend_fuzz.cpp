@@ -11,8 +11,10 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = remat::fuzz::write_input(data, size, "multidatabackend.json");
+  remat::data::DataDefaults defaults;
+  defaults.model_family = "fuzz";  // names the default cache folders, as a run's family does
   try {
-    remat::data::read_data_backend_config(path, remat::data::DataDefaults{});
+    remat::data::read_data_backend_config(path, defaults);
   } catch (const c10::Error&) {
     // Refused with a message naming the backend, key and value.
   }

@@ -282,7 +282,7 @@ ImageDatasetConfig read_image_backend(const BackendReader& r, const std::string&
   }
   c.caption_dropout_probability = d.caption_dropout_probability;
   c.cache_dir_vae = r.string("cache_dir_vae").value_or("");
-  if (c.cache_dir_vae.empty()) c.cache_dir_vae = d.cache_dir + "/vae/" + d.model_family + "/" + id;
+  if (c.cache_dir_vae.empty()) c.cache_dir_vae = d.cache_dir + "/vae/" + d.family_folder() + "/" + id;
   c.text_embeds = r.string("text_embeds").value_or(r.string("text_embed_cache").value_or(""));
   check_image_values(r, c);
   return c;
@@ -350,7 +350,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
       TextEmbedsConfig t;
       t.id = id;
       t.cache_dir = r.string("cache_dir").value_or("");
-      if (t.cache_dir.empty()) t.cache_dir = defaults.cache_dir + "/text/" + defaults.model_family;
+      if (t.cache_dir.empty()) t.cache_dir = defaults.cache_dir + "/text/" + defaults.family_folder();
       t.is_default = r.boolean("default").value_or(false);
       out.text_embeds.push_back(std::move(t));
       known = &text_embeds_keys();
@@ -382,7 +382,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
   if (out.text_embeds.empty()) {
     std::string auto_id = "text-embeds";
     for (int suffix = 1; seen_ids.count(auto_id); ++suffix) auto_id = "text-embeds-" + std::to_string(suffix);
-    out.text_embeds.push_back({auto_id, defaults.cache_dir + "/text/" + defaults.model_family, true});
+    out.text_embeds.push_back({auto_id, defaults.cache_dir + "/text/" + defaults.family_folder(), true});
   }
   std::vector<std::string> defaults_marked;
   for (const auto& t : out.text_embeds) {
@@ -433,6 +433,14 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
   return out;
 }
 
+const std::string& DataDefaults::family_folder() const {
+  if (model_family.empty()) {
+    throw_value_error("[data] the default cache folders are named by the run's model_family, which is unset "
+                      "(DataDefaults::model_family)");
+  }
+  return model_family;
+}
+
 DataBackendConfig single_folder_config(const std::string& instance_data_dir, const DataDefaults& defaults) {
   // The same path as a one-backend file, so both are checked by the same rules.
   Json backend = {{"id", "instance_data_dir"}, {"type", "local"}, {"instance_data_dir", instance_data_dir}};
@@ -440,7 +448,7 @@ DataBackendConfig single_folder_config(const std::string& instance_data_dir, con
   const BackendReader r(where, backend, "instance_data_dir");
   DataBackendConfig out;
   out.images.push_back(read_image_backend(r, "instance_data_dir", defaults));
-  out.text_embeds.push_back({"text-embeds", defaults.cache_dir + "/text/" + defaults.model_family, true});
+  out.text_embeds.push_back({"text-embeds", defaults.cache_dir + "/text/" + defaults.family_folder(), true});
   out.images.front().text_embeds = "text-embeds";
   return out;
 }

@@ -218,6 +218,7 @@ AutoencoderKLConfig vae_config_of(const PipelineFolder& folder) {
 
 FamilyEncoders flux_family_encoders() {
   FamilyEncoders f;
+  f.layout = flux_pipeline_layout();
   f.text_components = flux_encoder_components(options_of({}, true, false));
   f.image_components = flux_encoder_components(options_of({}, false, true));
   f.pooled = true;         // CLIP's pooled output

@@ -9,4 +9,8 @@ std::vector<std::string> FamilyEncoders::components(bool text, bool image) const
   return names;
 }
 
+PipelineFolder FamilyEncoders::open(const std::string& root, const std::vector<std::string>& required) const {
+  return PipelineFolder::open(root, required, {}, layout);
+}
+
 }  // namespace remat::encoders

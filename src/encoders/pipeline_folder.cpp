@@ -19,36 +19,19 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-// What FluxPipeline's model_index.json names for each component ([library, classes accepted]),
-// and the file that marks the component's directory as complete. Weight components also need
-// their weights (find_component_weights).
-struct ComponentKind {
-  const char* name;
-  const char* library;
-  std::vector<std::string> classes;
-  const char* marker;
-  bool weights;
-};
-
-const std::vector<ComponentKind>& kinds() {
-  static const std::vector<ComponentKind> table = {
-      {"scheduler", "diffusers", {"FlowMatchEulerDiscreteScheduler"}, "scheduler_config.json", false},
-      {"text_encoder", "transformers", {"CLIPTextModel"}, "config.json", true},
-      {"text_encoder_2", "transformers", {"T5EncoderModel"}, "config.json", true},
-      // The slow and the fast tokenizer classes read the same folder for these two.
-      {"tokenizer", "transformers", {"CLIPTokenizer", "CLIPTokenizerFast"}, "tokenizer_config.json", false},
-      {"tokenizer_2", "transformers", {"T5TokenizerFast", "T5Tokenizer"}, "tokenizer_config.json", false},
-      {"transformer", "diffusers", {"FluxTransformer2DModel"}, "config.json", true},
-      {"vae", "diffusers", {"AutoencoderKL"}, "config.json", true},
-  };
-  return table;
-}
-
-const ComponentKind* kind_of(const std::string& name) {
-  for (const auto& k : kinds()) {
+const ComponentKind* kind_of(const PipelineLayout& layout, const std::string& name) {
+  for (const auto& k : layout.components) {
     if (name == k.name) return &k;
   }
   return nullptr;
+}
+
+// "a FluxPipeline has scheduler, text_encoder, ...": what an unknown component name is told.
+std::string components_of(const PipelineLayout& layout) {
+  std::vector<std::string> names;
+  for (const auto& k : layout.components) names.push_back(k.name);
+  return (layout.pipeline_classes.empty() ? std::string("this model family reads") : "a " + layout.pipeline_classes.front() + " has") +
+         " " + join(names);
 }
 
 bool is_file(const fs::path& p) {
@@ -83,11 +66,14 @@ Json read_model_index(const std::string& path) {
   return j;
 }
 
-Json read_flux_model_index(const std::string& path) {
+Json read_model_index(const std::string& path, const PipelineLayout& layout) {
   Json j = read_model_index(path);
-  if (j["_class_name"].get<std::string>() != "FluxPipeline") {
-    throw_value_error("[pipeline] '" + path + "': _class_name must be \"FluxPipeline\" (remat reads Flux pipeline "
-                      "folders), got " + io::json_excerpt(j["_class_name"]));
+  const std::string cls = j["_class_name"].get<std::string>();
+  if (std::find(layout.pipeline_classes.begin(), layout.pipeline_classes.end(), cls) == layout.pipeline_classes.end()) {
+    throw_value_error("[pipeline] '" + path + "': _class_name must be " +
+                      (layout.pipeline_classes.size() == 1 ? "\"" + layout.pipeline_classes.front() + "\""
+                                                           : "one of " + join(layout.pipeline_classes)) +
+                      " (" + layout.reads + "), got " + io::json_excerpt(j["_class_name"]));
   }
   return j;
 }
@@ -107,7 +93,8 @@ void check_component_directory(const ComponentKind& kind, const std::string& dir
 }
 
 // The directory an override names for `component`.
-std::string override_directory(const std::string& component, const ComponentOverride& o) {
+std::string override_directory(const PipelineLayout& layout, const std::string& component,
+                               const ComponentOverride& o) {
   if (o.path.empty()) throw_value_error("[pipeline] the override for component '" + component + "' has an empty path");
   if (!is_dir(o.path)) {
     throw_value_error("[pipeline] the override for component '" + component + "' must be a directory (a pipeline "
@@ -118,17 +105,34 @@ std::string override_directory(const std::string& component, const ComponentOver
     if (sub.empty() || lower(sub) == "none") return o.path;
     return (fs::path(o.path) / sub).string();
   }
-  const ComponentKind* kind = kind_of(component);
-  const char* marker = kind != nullptr ? kind->marker : "config.json";
+  const ComponentKind* kind = kind_of(layout, component);
+  const std::string marker = kind != nullptr ? kind->marker : "config.json";
   return is_file(fs::path(o.path) / marker) ? o.path : (fs::path(o.path) / component).string();
 }
 
 }  // namespace
 
+const PipelineLayout& flux_pipeline_layout() {
+  static const PipelineLayout layout = {
+      {"FluxPipeline"},
+      "remat reads Flux pipeline folders",
+      {
+          {"scheduler", "diffusers", {"FlowMatchEulerDiscreteScheduler"}, "scheduler_config.json", false},
+          {"text_encoder", "transformers", {"CLIPTextModel"}, "config.json", true},
+          {"text_encoder_2", "transformers", {"T5EncoderModel"}, "config.json", true},
+          // The slow and the fast tokenizer classes read the same folder for these two.
+          {"tokenizer", "transformers", {"CLIPTokenizer", "CLIPTokenizerFast"}, "tokenizer_config.json", false},
+          {"tokenizer_2", "transformers", {"T5TokenizerFast", "T5Tokenizer"}, "tokenizer_config.json", false},
+          {"transformer", "diffusers", {"FluxTransformer2DModel"}, "config.json", true},
+          {"vae", "diffusers", {"AutoencoderKL"}, "config.json", true},
+      }};
+  return layout;
+}
+
 const std::vector<std::string>& flux_pipeline_components() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
-    for (const auto& k : kinds()) out.push_back(k.name);
+    for (const auto& k : flux_pipeline_layout().components) out.push_back(k.name);
     return out;
   }();
   return names;
@@ -146,25 +150,28 @@ bool is_pipeline_folder(const std::string& dir) { return is_file(fs::path(dir) /
 bool is_component_folder(const std::string& dir) { return is_file(fs::path(dir) / "config.json"); }
 
 PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<std::string>& required_components,
-                                    const std::map<std::string, ComponentOverride>& overrides) {
+                                    const std::map<std::string, ComponentOverride>& overrides,
+                                    const PipelineLayout& layout) {
+  if (layout.pipeline_classes.empty()) {
+    throw_value_error("[pipeline] cannot open '" + root + "': the model family reads no pipeline folders (its "
+                      "PipelineLayout names no pipeline class)");
+  }
   if (!is_dir(root)) throw_value_error("[pipeline] pipeline folder '" + root + "' does not exist or is not a directory");
   const std::string index_path = (fs::path(root) / "model_index.json").string();
   if (!is_file(index_path)) {
     throw_value_error("[pipeline] '" + root + "' is not a diffusers pipeline folder: it has no model_index.json");
   }
   for (const auto& name : required_components) {
-    if (kind_of(name) == nullptr) {
-      throw_value_error("[pipeline] unknown component '" + name + "'; a FluxPipeline has " +
-                        join(flux_pipeline_components()));
+    if (kind_of(layout, name) == nullptr) {
+      throw_value_error("[pipeline] unknown component '" + name + "'; " + components_of(layout));
     }
   }
   for (const auto& [name, o] : overrides) {
-    if (kind_of(name) == nullptr) {
-      throw_value_error("[pipeline] cannot override unknown component '" + name + "'; a FluxPipeline has " +
-                        join(flux_pipeline_components()));
+    if (kind_of(layout, name) == nullptr) {
+      throw_value_error("[pipeline] cannot override unknown component '" + name + "'; " + components_of(layout));
     }
   }
-  const Json index = read_flux_model_index(index_path);
+  const Json index = read_model_index(index_path, layout);
 
   PipelineFolder folder;
   folder.root = root;
@@ -188,14 +195,14 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
   const auto wanted = [&](const std::string& name) {
     return std::find(required_components.begin(), required_components.end(), name) != required_components.end();
   };
-  for (const auto& kind : kinds()) {
+  for (const auto& kind : layout.components) {
     const std::string name = kind.name;
     const bool required = wanted(name);
     const auto o = overrides.find(name);
     PipelineComponent c;
     c.name = name;
     if (o != overrides.end()) {
-      c.directory = override_directory(name, o->second);
+      c.directory = override_directory(layout, name, o->second);
       c.overridden = true;
       check_component_directory(kind, c.directory, "the override for '" + name + "' ('" + o->second.path + "')");
       if (const auto n = named.find(name); n != named.end()) {
@@ -242,17 +249,16 @@ const std::string& PipelineFolder::directory(const std::string& name) const {
 }
 
 std::string resolve_component_directory(const std::string& path, const std::string& component,
-                                        const std::optional<ComponentOverride>& override) {
+                                        const std::optional<ComponentOverride>& override, const PipelineLayout& layout) {
   std::map<std::string, ComponentOverride> overrides;
   if (override) overrides[component] = *override;
-  if (is_pipeline_folder(path)) return PipelineFolder::open(path, {component}, overrides).directory(component);
-  const ComponentKind* kind = kind_of(component);
+  if (is_pipeline_folder(path)) return PipelineFolder::open(path, {component}, overrides, layout).directory(component);
+  const ComponentKind* kind = kind_of(layout, component);
   if (kind == nullptr) {
-    throw_value_error("[pipeline] unknown component '" + component + "'; a FluxPipeline has " +
-                      join(flux_pipeline_components()));
+    throw_value_error("[pipeline] unknown component '" + component + "'; " + components_of(layout));
   }
   if (override) {
-    const std::string dir = override_directory(component, *override);
+    const std::string dir = override_directory(layout, component, *override);
     check_component_directory(*kind, dir, "the override for '" + component + "' ('" + override->path + "')");
     return dir;
   }

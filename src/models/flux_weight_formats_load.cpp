@@ -11,6 +11,7 @@
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/layers.h"
 #include "remat/models/quantized_loading.h"
+#include "quantized_build.h"
 
 namespace remat::models {
 namespace {
@@ -289,6 +290,12 @@ void save_flux_bfl(const std::string& path, const FluxImpl& model, const std::ma
     entries.emplace_back(t.bfl_key, out);
   }
   io::save_safetensors(path, entries, metadata);
+}
+
+Flux make_quantized_flux(const FluxConfig& config, const BasePrecision& precision,
+                         const std::vector<io::SafetensorsFile>* files) {
+  return make_quantized_model<Flux>(config, precision, files,
+                                      [](FluxImpl& m, const std::vector<io::SafetensorsFile>& f) { load_flux_weights(m, f); });
 }
 
 }  // namespace remat::models

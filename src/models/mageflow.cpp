@@ -10,6 +10,8 @@
 #include <torch/torch.h>
 
 #include "config_json.h"
+#include "quantized_build.h"
+#include "remat/models/quantized_loading.h"
 
 namespace remat::models {
 
@@ -366,6 +368,14 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
   Modulation scale_shift = norm_out->forward(temb, dtype);  // scale first
   x = modulate(x, per_token(scale_shift[1], samples.img_sample), per_token(scale_shift[0], samples.img_sample));
   return proj_out->forward(x);
+}
+
+MageFlow make_quantized_mageflow(const MageFlowConfig& config, const BasePrecision& precision,
+                                 const std::vector<io::SafetensorsFile>* files) {
+  return make_quantized_model<MageFlow>(config, precision, files,
+                                          [](MageFlowImpl& m, const std::vector<io::SafetensorsFile>& f) {
+                                            load_state_dict_quantizing(m, f);
+                                          });
 }
 
 }  // namespace remat::models

@@ -8,7 +8,6 @@
 #include <torch/torch.h>
 
 #include "remat/error.h"
-#include "remat/models/flux_weight_formats.h"
 #include "remat/models/layers.h"
 
 namespace remat::models {
@@ -68,42 +67,6 @@ void load_state_dict_quantizing(torch::nn::Module& module, const std::vector<io:
     io::require_finite(source, "quant", file.path(), entry.first);  // quantising would hide a NaN in a scale
     entry.second->load_awaited_weight(source);
   }
-}
-
-namespace {
-
-template <typename Model, typename Config, typename Load>
-Model make_quantized(const Config& config, const BasePrecision& precision,
-                     const std::vector<io::SafetensorsFile>* files, Load load) {
-  Model model{nullptr};
-  {
-    DeferLinearWeights defer;
-    model = Model(config);
-  }
-  resolve_deferred_linears(*model, precision);
-  if (files != nullptr) {
-    load(*model, *files);
-  } else {
-    initialize_awaiting_linears(*model);
-  }
-  return model;
-}
-
-}  // namespace
-
-Flux make_quantized_flux(const FluxConfig& config, const BasePrecision& precision,
-                         const std::vector<io::SafetensorsFile>* files) {
-  return make_quantized<Flux>(config, precision, files, [](FluxImpl& m, const std::vector<io::SafetensorsFile>& f) {
-    load_flux_weights(m, f);
-  });
-}
-
-MageFlow make_quantized_mageflow(const MageFlowConfig& config, const BasePrecision& precision,
-                                 const std::vector<io::SafetensorsFile>* files) {
-  return make_quantized<MageFlow>(config, precision, files,
-                                  [](MageFlowImpl& m, const std::vector<io::SafetensorsFile>& f) {
-                                    load_state_dict_quantizing(m, f);
-                                  });
 }
 
 }  // namespace remat::models

@@ -42,6 +42,12 @@ Registry& registry() {
 
 }  // namespace
 
+std::string default_model_family() {
+  // A family that builds a TrainConfig while it registers sees the families registered before it.
+  const Registry& r = registering_builtin ? raw_registry() : registry();
+  return r.families.empty() ? std::string() : r.families.front()->name;
+}
+
 std::string ModelFamily::lora_target(const TrainConfig& config) const {
   if (lora_target_of) return lora_target_of(config);
   return lora_target_presets.empty() ? std::string() : lora_target_presets.front();

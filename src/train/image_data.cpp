@@ -123,7 +123,8 @@ std::string image_pipeline_folder(const TrainConfig& config) {
                               "; `remat make-demo-pipeline` writes a tiny one");
   }
   try {
-    encoders::PipelineFolder::open(path, model_family(config.model_family).encoders.components());
+    const auto& encoders = model_family(config.model_family).encoders;
+    encoders.open(path, encoders.components());
   } catch (const c10::ValueError& e) {
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] an image run needs the pipeline folder's encoders: " +

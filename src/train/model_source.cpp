@@ -7,6 +7,7 @@
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/error.h"
 #include "remat/io/files.h"
+#include "remat/train/family.h"
 
 namespace remat::train {
 namespace {
@@ -38,6 +39,8 @@ std::string ModelSource::describe() const {
 }
 
 ModelSource resolve_model_source(const TrainConfig& config) {
+  // The family's pipeline folders: their model_index.json class and components.
+  const encoders::PipelineLayout& layout = model_family(config.model_family).encoders.layout;
   std::map<std::string, encoders::ComponentOverride> overrides;
   // SimpleTuner loads a transformer override ending in .safetensors with from_single_file (a
   // diffusers- or Black Forest Labs-layout file), taking the config from the pipeline folder.
@@ -77,7 +80,8 @@ ModelSource resolve_model_source(const TrainConfig& config) {
   if (path && encoders::is_pipeline_folder(*path)) {
     // The folder is validated with every override in place (a broken override fails here too).
     const auto folder = encoders::PipelineFolder::open(
-        *path, transformer_file ? std::vector<std::string>{} : std::vector<std::string>{"transformer"}, overrides);
+        *path, transformer_file ? std::vector<std::string>{} : std::vector<std::string>{"transformer"}, overrides,
+        layout);
     if (folder.components.count("transformer")) transformer_dir = folder.directory("transformer");
     if (folder.components.count("vae")) source.vae_directory = folder.directory("vae");
     source.pipeline_folder = *path;
@@ -85,7 +89,7 @@ ModelSource resolve_model_source(const TrainConfig& config) {
     if (overrides.count("transformer")) {
       // The override names the transformer; pretrained_model_name_or_path (if set) is not read.
       transformer_dir = encoders::resolve_component_directory(overrides["transformer"].path, "transformer",
-                                                               overrides["transformer"]);
+                                                               overrides["transformer"], layout);
     } else if (transformer_file) {
       // The file is the transformer; pretrained_model_name_or_path (if set) is not read for it.
     } else if (path && is_dir(*path)) {
@@ -95,7 +99,7 @@ ModelSource resolve_model_source(const TrainConfig& config) {
                           "transformer folder (config.json with diffusion_pytorch_model.safetensors or its "
                           "shard index)");
       }
-      transformer_dir = encoders::resolve_component_directory(*path, "transformer");
+      transformer_dir = encoders::resolve_component_directory(*path, "transformer", std::nullopt, layout);
     } else if (path) {
       std::error_code ec;
       if (!fs::exists(*path, ec)) {
@@ -107,7 +111,7 @@ ModelSource resolve_model_source(const TrainConfig& config) {
       source.weights = *path;
     }
     if (overrides.count("vae")) {
-      source.vae_directory = encoders::resolve_component_directory(overrides["vae"].path, "vae", overrides["vae"]);
+      source.vae_directory = encoders::resolve_component_directory(overrides["vae"].path, "vae", overrides["vae"], layout);
     }
   }
   if (transformer_file) {

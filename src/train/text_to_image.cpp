@@ -182,7 +182,7 @@ std::unique_ptr<FamilyPipeline> make_text_to_image(const ModelFamily& family, co
   if (transformer == nullptr) components.push_back("transformer");
   // Without a flavour to pick a published scheduler by, the folder must have its own.
   if (flavour.empty()) components.push_back("scheduler");
-  return std::make_unique<FamilyTextToImage>(family, encoders::PipelineFolder::open(folder, components), flavour,
+  return std::make_unique<FamilyTextToImage>(family, family.encoders.open(folder, components), flavour,
                                              transformer);
 }
 

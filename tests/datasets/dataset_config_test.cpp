@@ -23,10 +23,16 @@ class DatasetConfig : public ::testing::Test {
     std::ofstream(path) << json;
     return path;
   }
-  DataBackendConfig read(const std::string& json, const DataDefaults& defaults = {}) {
+  // A run's defaults: its model_family names the default cache folders.
+  static DataDefaults run_defaults() {
+    DataDefaults d;
+    d.model_family = "flux";
+    return d;
+  }
+  DataBackendConfig read(const std::string& json, const DataDefaults& defaults = run_defaults()) {
     return read_data_backend_config(write(json), defaults);
   }
-  std::string error(const std::string& json, const DataDefaults& defaults = {}) {
+  std::string error(const std::string& json, const DataDefaults& defaults = run_defaults()) {
     const std::string path = write(json);
     const std::string message = testing::error_of([&] { read_data_backend_config(path, defaults); });
     EXPECT_NE(message.find(path), std::string::npos) << "the file is not named: " << message;
@@ -140,7 +146,7 @@ TEST_F(DatasetConfig, SimpleTunerExampleAwsBackendIsRefused) {
 }
 
 TEST_F(DatasetConfig, DefaultsComeFromTheGlobalOptionsAndSimpleTunersLayout) {
-  DataDefaults d;
+  DataDefaults d = run_defaults();
   d.cache_dir = "/run/cache";
   d.resolution = 512;
   d.resolution_type = ResolutionType::pixel;
@@ -219,7 +225,7 @@ TEST_F(DatasetConfig, CacheFoldersAreComparedByWhatTheyResolveTo) {
   std::filesystem::create_directories(root + "/x");
   std::filesystem::create_directories(root + "/a");
   std::filesystem::create_symlink(root + "/x", root + "/x-link");
-  for (const std::string spelling : {root + "/x/.", root + "/a/../x", root + "/x-link", root + "/x/"}) {
+  for (const std::string& spelling : {root + "/x/.", root + "/a/../x", root + "/x-link", root + "/x/"}) {
     const std::string text = R"([{"id": "one", "instance_data_dir": "/d", "cache_dir_vae": ")" + root +
                              R"(/x"}, {"id": "two", "instance_data_dir": "/e", "cache_dir_vae": ")" + spelling +
                              R"("}, {"id": "t", "dataset_type": "text_embeds", "cache_dir": ")" + root + R"(/t"}])";
@@ -314,6 +320,7 @@ TEST_F(DatasetConfig, PixelAreaAcceptsWholeFloatsAndClosestBuckets) {
 
 TEST(SingleFolderConfig, OneBackendWithTheGlobalDefaults) {
   DataDefaults d;
+  d.model_family = "flux";
   d.cache_dir = "out/cache";
   d.caption_strategy = CaptionStrategy::instanceprompt;
   d.instance_prompt = "sks";

@@ -95,8 +95,11 @@ struct DataBackendConfig {
 /// cache to CACHE_DIR/text/<model_family>; SimpleTuner's --cache_dir defaults to OUTPUT_DIR/cache).
 struct DataDefaults {
   std::string cache_dir = "cache";
-  /// Names the cache subfolders, as SimpleTuner's (latents of one family are not another's).
-  std::string model_family = "flux";
+  /// The run's model_family: names the default cache subfolders, as SimpleTuner's (latents of one
+  /// family are not another's). Required where a default cache folder is made.
+  std::string model_family;
+  /// model_family, or a c10::ValueError when it is unset.
+  const std::string& family_folder() const;
   double resolution = 1024;
   ResolutionType resolution_type = ResolutionType::pixel_area;
   std::optional<double> minimum_image_size;

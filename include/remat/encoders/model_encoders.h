@@ -67,6 +67,8 @@ class REMAT_API ImageAutoencoder {
 /// A family's encoders in a diffusers pipeline folder. Each function takes the folder opened with
 /// (at least) the components it names.
 struct REMAT_API FamilyEncoders {
+  /// What the family's pipeline folders hold (model_index.json's classes and components).
+  PipelineLayout layout;
   /// The folder components the text encoders and the autoencoder load from.
   std::vector<std::string> text_components;
   std::vector<std::string> image_components;
@@ -89,6 +91,8 @@ struct REMAT_API FamilyEncoders {
   bool available() const { return static_cast<bool>(load_text) && static_cast<bool>(load_image); }
   /// text_components and image_components together (for PipelineFolder::open).
   std::vector<std::string> components(bool text = true, bool image = true) const;
+  /// PipelineFolder::open of `root` in this layout with `required` components.
+  PipelineFolder open(const std::string& root, const std::vector<std::string>& required) const;
 };
 
 }  // namespace remat::encoders

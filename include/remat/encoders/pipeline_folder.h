@@ -78,6 +78,27 @@ REMAT_API void save_component(const std::string& component_dir, const torch::nn:
                               uint64_t max_shard_bytes = kDefaultMaxShardBytes,
                               const std::string& base = "diffusion_pytorch_model");
 
+/// One kind of component a pipeline folder can hold, as model_index.json names it.
+struct ComponentKind {
+  std::string name;                  ///< its key and directory ("vae")
+  std::string library;               ///< "diffusers" or "transformers"
+  std::vector<std::string> classes;  ///< the classes accepted ("AutoencoderKL")
+  std::string marker;                ///< the file that marks its directory complete ("config.json")
+  bool weights = false;              ///< it has safetensors weights (find_component_weights)
+};
+
+/// What one model family's pipeline folders hold: the model_index.json `_class_name` values and
+/// the components, in model_index.json's order of keys (alphabetical). The family's encoders carry
+/// it (remat/encoders/model_encoders.h FamilyEncoders::layout).
+struct PipelineLayout {
+  std::vector<std::string> pipeline_classes;  ///< "FluxPipeline"
+  std::string reads;                          ///< for errors: "remat reads Flux pipeline folders"
+  std::vector<ComponentKind> components;
+};
+
+/// FluxPipeline's layout: scheduler, text_encoder (CLIP), text_encoder_2 (T5), tokenizer,
+/// tokenizer_2, transformer, vae.
+REMAT_API const PipelineLayout& flux_pipeline_layout();
 /// The components of a FluxPipeline, in model_index.json's order of keys (alphabetical).
 REMAT_API const std::vector<std::string>& flux_pipeline_components();
 
@@ -100,7 +121,7 @@ struct PipelineComponent {
   bool overridden = false;      ///< came from a ComponentOverride
 };
 
-/// A validated diffusers Flux pipeline folder.
+/// A validated diffusers pipeline folder of one PipelineLayout (FluxPipeline's unless told).
 struct REMAT_API PipelineFolder {
   std::string root;
   std::string diffusers_version;  ///< model_index.json's `_diffusers_version` (empty if absent)
@@ -109,15 +130,17 @@ struct REMAT_API PipelineFolder {
   std::map<std::string, PipelineComponent> components;
 
   /// Reads and validates `<root>/model_index.json`: a JSON object (bounded parse) whose
-  /// `_class_name` is "FluxPipeline" and whose other non-underscore keys each hold [library,
+  /// `_class_name` is one of layout.pipeline_classes and whose other non-underscore keys each hold [library,
   /// class] strings, or [null, null] for an absent optional component. Each of
   /// `required_components` must be named with a class and have its directory: `overrides` (by
-  /// component name) replaces where it is looked for. Weight components (transformer, vae,
-  /// text_encoder, text_encoder_2) need config.json and weights (find_component_weights),
-  /// tokenizers a tokenizer_config.json, the scheduler scheduler_config.json. Throws naming the
-  /// folder, the component and what was expected.
+  /// component name) replaces where it is looked for. Each needs its kind's marker file, and weight
+  /// components their weights (find_component_weights): for FluxPipeline config.json and weights
+  /// for transformer, vae, text_encoder and text_encoder_2, tokenizer_config.json for the
+  /// tokenizers, scheduler_config.json for the scheduler. Throws naming the folder, the component
+  /// and what was expected.
   static PipelineFolder open(const std::string& root, const std::vector<std::string>& required_components,
-                             const std::map<std::string, ComponentOverride>& overrides = {});
+                             const std::map<std::string, ComponentOverride>& overrides = {},
+                             const PipelineLayout& layout = flux_pipeline_layout());
 
   /// The directory of `name`; throws naming the folder when it was not resolved.
   const std::string& directory(const std::string& name) const;
@@ -136,6 +159,7 @@ REMAT_API bool is_component_folder(const std::string& dir);
 /// PipelineFolder::open with `component` required and `override`), or a component folder alone.
 /// Throws naming the path when it is neither.
 REMAT_API std::string resolve_component_directory(const std::string& path, const std::string& component,
-                                                  const std::optional<ComponentOverride>& override = {});
+                                                  const std::optional<ComponentOverride>& override = {},
+                                                  const PipelineLayout& layout = flux_pipeline_layout());
 
 }  // namespace remat::encoders

@@ -72,10 +72,13 @@ inline constexpr int64_t kMaxNumThreads = 1024;
 
 /// Everything `remat train` needs, validated. Field names are SimpleTuner's option names.
 /// Choice-valued fields hold one of the registry's choices (see docs/OPTIONS.md).
+/// The model_family of a config that names none: the first built-in family (remat/train/family.h).
+REMAT_API std::string default_model_family();
+
 struct TrainConfig {
   // ---- model ----
-  /// "flux" or "mageflow".
-  std::string model_family = "flux";
+  /// A registered model family (remat/train/family.h; model_family_names()).
+  std::string model_family = default_model_family();
   /// A flavour of the family (SimpleTuner's names: dev, krea, schnell, ... for Flux; base, turbo,
   /// ... for MageFlow; remat's flux-tiny, mageflow-small ... for tests). Unset on input means the
   /// family's default (krea, base); after load_train_config it always holds a current flavour

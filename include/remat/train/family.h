@@ -71,7 +71,7 @@ struct AttentionLayers {
 };
 
 struct ModelFamily {
-  /// The model_family value ("flux").
+  /// The model_family value (SimpleTuner's --model_family).
   std::string name;
   /// For people ("Flux.1").
   std::string display_name;

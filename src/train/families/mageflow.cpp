@@ -179,6 +179,9 @@ void register_family_mageflow() {
   f.latents = LatentLayout{kMageFlowName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
                            /*variable_text_length=*/true};
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"}};
+  // It trains from a transformer folder (config.json and safetensors weights); remat reads no
+  // MageFlow pipeline folder and has no MageFlow encoders, so it trains on latent caches made elsewhere.
+  f.encoders.layout = {{}, "remat reads no MageFlow pipeline folders", {{"transformer", "diffusers", {}, "config.json", true}}};
   f.lora_target_presets = {"default"};
   f.lora_target_modules = models::mageflow_lora_target_modules;
   f.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {
