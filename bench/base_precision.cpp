@@ -30,7 +30,7 @@ const std::vector<std::string> kPrecisions = {"no_change", "int8-quanto", "nf4-b
 train::TransformerSpec flux(const std::string& flavour, const std::string& precision) {
   train::TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = flavour;
+  spec.flavour = flavour;
   spec.base_precision = models::parse_base_model_precision(precision);
   return spec;
 }

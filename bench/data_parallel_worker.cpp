@@ -61,7 +61,7 @@ int run_data_parallel_worker(const DataParallelOptions& o) {
   torch::manual_seed(o.seed);
   train::TransformerSpec spec;
   spec.family = "flux";
-  if (o.config.empty()) spec.preset = o.preset;
+  if (o.config.empty()) spec.flavour = o.preset;
   else spec.config_json = o.config;
   auto model = train::make_transformer(spec, device);
   const bool bf16 = o.dtype == "bfloat16";

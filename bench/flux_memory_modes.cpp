@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   train::TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = preset;
+  spec.flavour = preset;
   auto model = train::make_transformer(spec, at::Device(at::kCPU));
   model->apply_lora("all", 16, 16.0);
   model->module().train();

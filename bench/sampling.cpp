@@ -186,7 +186,7 @@ void part_share() {
   torch::manual_seed(0);
   train::TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = "flux-small";
+  spec.flavour = "flux-small";
   auto model = train::make_transformer(spec, at::Device(at::kCPU));
   model->apply_lora("all", 16, 16.0);
   model->set_checkpoint_plan(CheckpointPlan::simpletuner(true, 2, std::nullopt, "torch"));

@@ -39,7 +39,7 @@ struct ModelFlags {
   train::TransformerSpec spec() const {
     train::TransformerSpec spec;
     spec.family = family;
-    spec.preset = flavour.empty() ? train::model_family(family).small_flavour : flavour;
+    spec.flavour = flavour.empty() ? train::model_family(family).small_flavour : flavour;
     if (!config.empty()) spec.config_json = config;
     return spec;
   }

@@ -53,7 +53,7 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
   const bool quantized = use.base_precision.mode != models::WeightQuantization::none;
   if (!family.parameter_count || ((use.lora_rank > 0 || quantized) && !family.linear_layers)) return std::nullopt;
   TransformerSpec resolved = spec;
-  if (resolved.preset.empty()) resolved.preset = family.small_flavour;  // as make_transformer does
+  if (resolved.flavour.empty()) resolved.flavour = family.small_flavour;  // as make_transformer does
   // Model configs are bounded (remat/models/config_limits.h): at most ~3e14 parameters, so the
   // byte counts below (x 16 at most) stay far inside int64.
   const int64_t base = family.parameter_count(resolved);
@@ -119,7 +119,7 @@ void admit_model(const TransformerSpec& spec, const ModelUse& use, const c10::De
 
   const ModelFamily& family = model_family(spec.family);
   const std::string flavour = spec.config_json ? "the model of " + *spec.config_json
-                                               : spec.preset.empty() ? family.small_flavour : spec.preset;
+                                               : spec.flavour.empty() ? family.small_flavour : spec.flavour;
   std::string fits;
   const auto suggest = [&](const std::string& option, const TransformerSpec& s, const ModelUse& u) {
     const auto d = predict_model_memory(s, u);
@@ -154,7 +154,7 @@ void admit_model(const TransformerSpec& spec, const ModelUse& use, const c10::De
   for (const auto& other : family.flavours) {
     if (!spec.config_json && other == flavour) continue;
     TransformerSpec smaller = spec;
-    smaller.preset = other;
+    smaller.flavour = other;
     smaller.config_json.reset();
     suggest("--model_flavour=" + other, smaller, use);
   }

@@ -9,6 +9,8 @@
 #include <c10/util/Exception.h>
 #include <torch/version.h>
 
+#include "remat/train/options.h"
+
 namespace remat::train {
 namespace {
 
@@ -154,6 +156,32 @@ std::vector<Diagnostic> base_model_precision_diagnostics(const TrainConfig& conf
                        "does), or base_model_precision=no_change for a full fine-tune"});
   }
   return out;
+}
+
+models::BasePrecision parse_base_model_precision_option(const std::string& text, const std::string& command) {
+  const OptionSpec& spec = *find_option("base_model_precision");
+  const std::string tag = "[" + command + "] ";
+  std::string name;
+  try {
+    name = std::get<std::string>(parse_option_value(spec, text));
+  } catch (const ValidationError& e) {
+    // The registry's sentence ("[train] base_model_precision must be one of ..."), under the
+    // command's tag.
+    const std::string train_tag = "[train] ";
+    std::string message = e.message();
+    if (message.rfind(train_tag, 0) == 0) message = tag + message.substr(train_tag.size());
+    throw ValidationError(e.option(), e.value(), message);
+  }
+  if (const auto needs = spec.unsupported_values.find(name); needs != spec.unsupported_values.end()) {
+    throw ValidationError(spec.name, name,
+                          tag + "base_model_precision " + name + " is not supported by remat: it needs " + needs->second);
+  }
+  if (spec.unavailable_value) {
+    if (const auto lacks = spec.unavailable_value(name)) {
+      throw ValidationError(spec.name, name, tag + "base_model_precision " + name + " needs " + *lacks);
+    }
+  }
+  return models::parse_base_model_precision(name);
 }
 
 models::BasePrecision base_precision_of(const TrainConfig& config) {

@@ -147,7 +147,7 @@ DataParallelPrediction predict_data_parallel_memory(const Chain& chain, const La
 
 BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::function<void(const std::string&)>& log_fn) {
   BenchmarkOptions o = options;
-  if (o.model.preset.empty() && !o.model.config_json) o.model.preset = model_family(o.model.family).small_flavour;
+  if (o.model.flavour.empty() && !o.model.config_json) o.model.flavour = model_family(o.model.family).small_flavour;
   const auto log = [&](const std::string& line) {
     if (log_fn) log_fn(line);
   };
@@ -165,22 +165,9 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
                     "[bench] device must be cpu on this machine (no CUDA device available), got 'cuda'");
   log("[bench] threads: " + describe(set_cpu_threads(o.threads)));
   torch::manual_seed(o.seed);
-  // The precision: SimpleTuner's names, the ones remat lacks refused by name, LoRA only.
-  const auto& names_known = simpletuner_base_model_precisions();
-  if (std::find(names_known.begin(), names_known.end(), o.base_model_precision) == names_known.end()) {
-    std::string valid;
-    for (const auto& n : names_known) valid += (valid.empty() ? "" : ", ") + n;
-    throw_value_error("[bench] base_model_precision must be one of " + valid + ", got '" + o.base_model_precision + "'");
-  }
-  const auto unsupported = unsupported_base_model_precisions();
-  if (const auto it = unsupported.find(o.base_model_precision); it != unsupported.end()) {
-    throw_value_error("[bench] base_model_precision " + o.base_model_precision + " is not supported by remat: it needs " +
-                      it->second);
-  }
-  if (const auto lacks = base_model_precision_unavailable(o.base_model_precision)) {
-    throw_value_error("[bench] base_model_precision " + o.base_model_precision + " needs " + *lacks);
-  }
-  const models::BasePrecision precision = models::parse_base_model_precision(o.base_model_precision);
+  // The precision, read by the options registry (SimpleTuner's names, the ones remat lacks refused
+  // by name); LoRA only.
+  const models::BasePrecision precision = parse_base_model_precision_option(o.base_model_precision, "bench");
   const bool quantized = precision.mode != models::WeightQuantization::none;
   TORCH_CHECK_VALUE(!quantized || o.lora_rank > 0, "[bench] base_model_precision ", o.base_model_precision,
                     " quantises the frozen base, which only LoRA training has: pass --lora_rank > 0 (a full "
@@ -347,7 +334,7 @@ BenchmarkReport run_benchmark(const BenchmarkOptions& options, const std::functi
   std::ostringstream blocks;
   for (size_t i = 0; i < stacks.size(); ++i) blocks << (i ? " + " : "") << stacks[i];
   report.facts = {
-      {"model", o.model.family + " " + (o.model.config_json ? *o.model.config_json : o.model.preset) +
+      {"model", o.model.family + " " + (o.model.config_json ? *o.model.config_json : o.model.flavour) +
                     " (" + blocks.str() + " blocks)"},
       {"shape", shape.str()},
       {"training", o.lora_rank == 0 ? "full fine-tune" : "LoRA rank " + std::to_string(o.lora_rank) +

@@ -39,9 +39,11 @@ bool TrainConfig::checkpoint_ffn_only() const {
 }
 
 CheckpointPlan TrainConfig::checkpoint_plan() const {
-  return CheckpointPlan::simpletuner(gradient_checkpointing, gradient_checkpointing_interval,
-                                     gradient_checkpointing_segment_stride,
-                                     gradient_checkpointing_backend);
+  return checkpoint_plan_for(*this, checkpointing_capabilities(model_family));
+}
+
+bool TrainConfig::checkpoint_layout_planned() const {
+  return gradient_checkpointing && interval_in_effect(*this, checkpointing_capabilities(model_family)).is_auto();
 }
 
 double TrainConfig::lora_alpha_value() const {

@@ -284,7 +284,7 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
 
   TransformerSpec spec;
   spec.family = config.model_family;
-  spec.preset = config.model_flavour;
+  spec.flavour = config.model_flavour;
   const ModelSource source = resolve_model_source(config);
   spec.config_json = source.config_json;
   spec.weights = source.weights;

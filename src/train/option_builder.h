@@ -85,18 +85,15 @@ inline Binding bind_field(std::optional<int64_t> TrainConfig::*m, bool bytes = f
           }};
 }
 // gradient_checkpointing_interval: a whole number of blocks, or the keyword "auto" (the budget
-// planner picks the layout), stored in two fields.
+// planner picks the layout), as one CheckpointInterval (its parse and text are the registry's:
+// options.cpp).
 inline Binding bind_interval() {
   return {[](TrainConfig& c, const OptionValue& v) {
-            c.gradient_checkpointing_interval_auto = std::holds_alternative<std::string>(v);
-            if (std::holds_alternative<int64_t>(v)) c.gradient_checkpointing_interval = std::get<int64_t>(v);
-            else c.gradient_checkpointing_interval = std::nullopt;
+            if (std::holds_alternative<std::string>(v)) c.gradient_checkpointing_interval = CheckpointInterval::automatic();
+            else if (std::holds_alternative<int64_t>(v)) c.gradient_checkpointing_interval = CheckpointInterval::blocks(std::get<int64_t>(v));
+            else c.gradient_checkpointing_interval = CheckpointInterval{};
           },
-          [](const TrainConfig& c) -> std::optional<std::string> {
-            if (c.gradient_checkpointing_interval_auto) return "auto";
-            if (!c.gradient_checkpointing_interval) return std::nullopt;
-            return std::to_string(*c.gradient_checkpointing_interval);
-          }};
+          [](const TrainConfig& c) { return c.gradient_checkpointing_interval.text(); }};
 }
 
 // Fluent construction of one table row.

@@ -785,6 +785,31 @@ std::optional<std::string> suggest_option(std::string_view name) {
   return spec ? spec->name : best;
 }
 
+// CheckpointInterval's text is this registry's row of gradient_checkpointing_interval: its range
+// and keyword are checked here, once.
+CheckpointInterval CheckpointInterval::parse(const std::optional<std::string>& text) {
+  const OptionSpec* spec = find_option("gradient_checkpointing_interval");
+  const OptionValue value = parse_option_value(*spec, text);
+  CheckpointInterval interval;
+  if (std::holds_alternative<std::string>(value)) interval.blocks_ = kAuto;  // the keyword "auto"
+  else if (const auto* n = std::get_if<int64_t>(&value)) interval.blocks_ = *n;
+  return interval;
+}
+
+CheckpointInterval CheckpointInterval::blocks(int64_t n) { return parse(std::to_string(n)); }
+
+CheckpointInterval CheckpointInterval::automatic() {
+  CheckpointInterval interval;
+  interval.blocks_ = kAuto;
+  return interval;
+}
+
+std::optional<std::string> CheckpointInterval::text() const {
+  if (is_auto()) return std::string("auto");
+  if (per_block()) return std::nullopt;
+  return std::to_string(blocks_);
+}
+
 OptionValue parse_option_value(const OptionSpec& spec, const std::optional<std::string>& maybe_text) {
   // null and "" mean "the default" for every option (SimpleTuner drops such keys); the words
   // none / null unset the options that may be unset.

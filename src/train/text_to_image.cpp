@@ -44,7 +44,7 @@ class FamilyTextToImage final : public FamilyPipeline {
       spec_ = *transformer;
     } else {
       spec_.family = family.name;
-      spec_.preset = flavour_;
+      spec_.flavour = flavour_;
       const std::string dir = folder_.directory("transformer");
       spec_.config_json = (fs::path(dir) / "config.json").string();
       spec_.weights = dir;

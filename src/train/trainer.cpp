@@ -288,7 +288,7 @@ void Trainer::setup() {
 
   TransformerSpec spec;
   spec.family = config_.model_family;
-  spec.preset = config_.model_flavour;
+  spec.flavour = config_.model_flavour;
   const ModelSource source = resolve_model_source(config_);
   spec.config_json = source.config_json;
   spec.weights = source.weights;
@@ -310,7 +310,7 @@ void Trainer::setup() {
   }
   if (!image_run) data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
   if (family_.conditioning) {
-    const std::string name = spec.config_json ? "the model of " + *spec.config_json : spec.preset;
+    const std::string name = spec.config_json ? "the model of " + *spec.config_json : spec.flavour;
     if (data_) check_dataset_fits_model(*data_, family_.conditioning(spec), name);
     if (images_) check_cached_images_fit_model(*images_, family_.conditioning(spec), name);
   }
@@ -333,7 +333,7 @@ void Trainer::setup() {
   // The one checkpoint plan of the run (`auto` starts per-block; plan_checkpointing replaces it).
   const CheckpointPlan plan = config_.checkpoint_plan();
   model_->set_checkpoint_plan(plan);
-  if (!config_.gradient_checkpointing_interval_auto || !config_.gradient_checkpointing) {
+  if (!config_.checkpoint_layout_planned()) {
     hooks_.log("[train] gradient checkpointing: " +
                plan.describe(family_.checkpointing.stacks, model_->stack_sizes()));
   }
@@ -372,7 +372,7 @@ void Trainer::setup() {
   step_settings_.measure_grad_norm = true;  // reported in metrics.jsonl
   step_ = std::make_unique<TrainingStep>(*model_, *optimizer_, params_, step_settings_);
   step_->add_observer(&peak_);
-  if (config_.gradient_checkpointing && config_.gradient_checkpointing_interval_auto) plan_checkpointing();
+  if (config_.checkpoint_layout_planned()) plan_checkpointing();
   start_gradient_sync();  // after the profile, whose backward must not reach the reducer
 
   const int64_t batches_per_epoch = images_ ? images_->batches_per_epoch()

@@ -161,7 +161,7 @@ bool has_quantized_linear(torch::nn::Module& module) {
 std::unique_ptr<Transformer> make_transformer(const TransformerSpec& spec, const at::Device& device) {
   const ModelFamily& family = model_family(spec.family);
   TransformerSpec resolved = spec;
-  if (resolved.preset.empty()) resolved.preset = family.small_flavour;
+  if (resolved.flavour.empty()) resolved.flavour = family.small_flavour;
   auto model = family.build(resolved, device);
   // Flux and MageFlow build their base quantised without the float32 model
   // (remat/models/quantized_loading.h). A family that builds it in full is quantised here, layer

@@ -88,7 +88,7 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : s
   // The pipeline's encoders and scheduler with the run's own transformer (checked to fit them).
   TransformerSpec transformer;
   transformer.family = config.model_family;
-  transformer.preset = config.model_flavour;
+  transformer.flavour = config.model_flavour;
   const ModelSource source = resolve_model_source(config);
   transformer.config_json = source.config_json;
   transformer.weights = source.weights;

@@ -10,6 +10,7 @@
 #include "remat/memory.h"
 #include "remat/plan.h"
 #include "remat/train/admission.h"
+#include "remat/train/safety_check.h"
 #include "remat/ui/server.h"
 #include "step_model_json.h"
 
@@ -219,7 +220,8 @@ nlohmann::json PlanCache::figures(const nlohmann::json& config_json, const train
                  "relative to no checkpointing." + shape.source_note;
   out["profile_available"] = true;
   out["layout"] = ffn ? "ffn (feed-forward parts checkpointed in every block)" : describe_layout(layout);
-  out["interval_auto"] = config.gradient_checkpointing_interval_auto;
+  out["interval_auto"] =
+      train::interval_in_effect(config, train::checkpointing_capabilities(config.model_family)).is_auto();
   out["predicted_peak_bytes"] = chosen.peak_bytes;
   out["predicted_step_s"] = chosen.step_s;
   out["step_time_factor"] = baseline.step_s > 0 ? chosen.step_s / baseline.step_s : 1.0;

@@ -25,14 +25,14 @@ std::string PlanShape::description() const {
 }
 
 std::string PlanShape::key() const {
-  return spec.family + "|" + spec.preset + "|" + spec.config_json.value_or("") + "|" +
+  return spec.family + "|" + spec.flavour + "|" + spec.config_json.value_or("") + "|" +
          std::to_string(use.lora_rank) + "|" + use.lora_target + "|" + description() + "|" + std::to_string(ffn);
 }
 
 PlanShape plan_shape_of(const train::TrainConfig& config) {
   PlanShape shape;
   shape.spec.family = config.model_family;
-  shape.spec.preset = config.model_flavour;
+  shape.spec.flavour = config.model_flavour;
   try {
     shape.spec.config_json = train::resolve_model_source(config).config_json;
   } catch (const std::exception&) {

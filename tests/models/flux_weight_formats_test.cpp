@@ -212,7 +212,7 @@ TEST_F(FluxWeightFormatsTest, TransformerLoadingAcceptsBflFilesAndFolders) {
   // A single BFL file without config.json: the config comes from its shapes.
   train::TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = "flux-small";  // not what the file holds: the file's shapes win
+  spec.flavour = "flux-small";  // not what the file holds: the file's shapes win
   spec.weights = bfl_path;
   auto transformer = train::make_transformer(spec, at::kCPU);
   auto* flux = dynamic_cast<FluxImpl*>(&transformer->module());

@@ -14,7 +14,7 @@ namespace admission_test {  // per file: the suites compile in unity batches (te
 TransformerSpec flux(const std::string& flavour) {
   TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = flavour;
+  spec.flavour = flavour;
   return spec;
 }
 

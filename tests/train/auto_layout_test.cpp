@@ -31,7 +31,7 @@ struct FluxTinyRun {
     torch::manual_seed(0);
     TransformerSpec spec;
     spec.family = "flux";
-    spec.preset = "flux-tiny";
+    spec.flavour = "flux-tiny";
     model = make_transformer(spec, at::Device(at::kCPU));
     if (lora) model->apply_lora("default", 4, 4.0);
     model->module().train();

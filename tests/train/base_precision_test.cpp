@@ -127,6 +127,33 @@ TEST(BaseModelPrecision, Fp8NeedsFloat8Dtypes) {
   }
 }
 
+// `remat bench` and `remat sample` read the option through the registry's row: the same choices
+// and refusals as `remat train`, under their own tag.
+TEST(BaseModelPrecision, OneParserForBenchAndSample) {
+  EXPECT_EQ(parse_base_model_precision_option("int8-quanto", "bench").mode, models::WeightQuantization::int8);
+  EXPECT_EQ(parse_base_model_precision_option("nf4-bnb", "sample").mode, models::WeightQuantization::nf4);
+  EXPECT_EQ(parse_base_model_precision_option("no_change", "sample").mode, models::WeightQuantization::none);
+  EXPECT_EQ(parse_base_model_precision_option("", "sample").mode, models::WeightQuantization::none);  // the default
+  const auto message = [](const std::string& text, const std::string& command) {
+    try {
+      parse_base_model_precision_option(text, command);
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.option(), "base_model_precision");
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string unknown = message("int9-quanto", "bench");
+  EXPECT_EQ(unknown.rfind("[bench] base_model_precision must be one of no_change, ", 0), 0u) << unknown;
+  EXPECT_NE(unknown.find("got 'int9-quanto'"), std::string::npos) << unknown;
+  const std::string lacking = message("int4-quanto", "sample");
+  EXPECT_EQ(lacking.rfind("[sample] base_model_precision int4-quanto is not supported by remat: it needs ", 0), 0u)
+      << lacking;
+  if (!models::float8_supported()) {
+    EXPECT_EQ(message("fp8-quanto", "bench").rfind("[bench] base_model_precision fp8-quanto needs float8 dtypes", 0), 0u);
+  }
+}
+
 TEST(BaseModelPrecision, AFullFineTuneIsRefused) {
   const auto errors = errors_of(validate_option_values({{"base_model_precision", "int8-quanto"}, {"model_type", "full"}}, kCpu));
   ASSERT_EQ(errors.size(), 1u) << joined(errors);
@@ -199,7 +226,7 @@ Expected expected_weights(const std::string& flavour, double element_bytes, bool
 TransformerSpec flux(const std::string& flavour) {
   TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = flavour;
+  spec.flavour = flavour;
   return spec;
 }
 

@@ -126,7 +126,7 @@ TEST(ConfigJson, KeysWithAndWithoutDashesAndTypedValues) {
   EXPECT_EQ(c.lora_rank, 8);
   EXPECT_DOUBLE_EQ(*c.lora_alpha, 4.0);
   EXPECT_DOUBLE_EQ(c.learning_rate, 1e-4);
-  EXPECT_EQ(c.gradient_checkpointing_interval, 3);
+  EXPECT_EQ(c.gradient_checkpointing_interval.chunk(), 3);
   EXPECT_EQ(c.gradient_checkpointing_segment_stride, 5);
   EXPECT_FALSE(c.seed.has_value());
   EXPECT_EQ(c.checkpoint_step_interval, 250);  // SimpleTuner's older name is an alias
@@ -224,14 +224,14 @@ TEST(BuildConfig, IntervalAutoAndBudget) {
   std::vector<std::string> warnings;
   const auto c = load({"--gradient_checkpointing_interval=auto", "--gradient_checkpointing_memory_budget=20GiB"},
                       &warnings);
-  EXPECT_TRUE(c.gradient_checkpointing_interval_auto);
-  EXPECT_FALSE(c.gradient_checkpointing_interval.has_value());
+  EXPECT_TRUE(c.gradient_checkpointing_interval.is_auto());
+  EXPECT_FALSE(c.gradient_checkpointing_interval.chunk().has_value());
   EXPECT_EQ(c.gradient_checkpointing_memory_budget, int64_t{20} << 30);
   EXPECT_FALSE(contains(warnings, "memory_budget"));
   // A later numeric value replaces auto.
   const auto d = load({"--gradient_checkpointing_interval=auto", "--gradient_checkpointing_interval=4"});
-  EXPECT_FALSE(d.gradient_checkpointing_interval_auto);
-  EXPECT_EQ(d.gradient_checkpointing_interval, 4);
+  EXPECT_FALSE(d.gradient_checkpointing_interval.is_auto());
+  EXPECT_EQ(d.gradient_checkpointing_interval.chunk(), 4);
 }
 
 TEST(ByteSizes, UnitsAndErrors) {

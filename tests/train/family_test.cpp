@@ -244,7 +244,7 @@ void register_toy_family() {
   toy.lora_target_presets = {"default"};
   toy.lora_target_modules = [](const std::string&) { return std::vector<std::string>{"blocks.0", "blocks.1"}; };
   toy.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {
-    auto model = std::make_unique<ToyTransformer>(spec.preset == "toy-6" ? 6 : 3);
+    auto model = std::make_unique<ToyTransformer>(spec.flavour == "toy-6" ? 6 : 3);
     if (spec.weights) encoders::load_component(*spec.weights, model->module());
     model->module().to(device);
     return model;
@@ -302,7 +302,7 @@ TEST(FamilyRegistry, AToyFamilyTrainsThroughTheTrainer) {
   EXPECT_NE(std::find(family_option->choices.begin(), family_option->choices.end(), "toy"),
             family_option->choices.end());
   bool toy_in_support = false;
-  for (const auto& f : checkpointing_support()) toy_in_support = toy_in_support || f.family == "toy";
+  for (const auto& [name, capabilities] : checkpointing_support()) toy_in_support = toy_in_support || name == "toy";
   EXPECT_TRUE(toy_in_support);
 
   remat::testing::TempDir dir{"remat_toy_family"};

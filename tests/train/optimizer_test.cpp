@@ -238,7 +238,7 @@ TEST_F(Optimizers, AdamWBF16FirstMomentAsSimpleTunerComputesIt) {
 TEST_F(Optimizers, GradientClippingByValueAndByNorm) {
   TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = "flux-tiny";
+  spec.flavour = "flux-tiny";
   auto model = make_transformer(spec, at::Device(at::kCPU));
   const at::Tensor g1 = torch::tensor({3.0, -0.5, 0.25, -4.0});
   const at::Tensor g2 = torch::tensor({1.0, -2.0});

@@ -277,7 +277,7 @@ TEST(SimpleTunerVocabulary, NullIsTheDefaultForEveryOption) {
   EXPECT_FALSE(load_train_config({"--config", path}, warnings, kCpu).resume_from_checkpoint.has_value());
   std::ofstream(path) << R"({"lr_scheduler": null, "--seed": 42.0, "resume_from_checkpoint": null,
     "gradient_checkpointing_interval": 2.0, "lora_rank": 16.0, "max_train_steps": 2.0, "num_train_epochs": 0})";
-  EXPECT_EQ(c.gradient_checkpointing_interval, 2);
+  EXPECT_EQ(c.gradient_checkpointing_interval.chunk(), 2);
   EXPECT_EQ(c.lora_rank, 16);
   EXPECT_EQ(c.num_train_epochs, 0);
   std::ofstream(path) << R"({"lora_rank": 16.5})";
@@ -379,7 +379,7 @@ routes = [{ selection_ratio = 0.5, start_layer_idx = 2, end_layer_idx = -2 }]
   EXPECT_EQ(c.model_flavour, "turbo");
   EXPECT_EQ(c.lora_rank, 4);  // flags override the file
   EXPECT_DOUBLE_EQ(c.learning_rate, 1e-4);
-  EXPECT_EQ(c.gradient_checkpointing_interval, 2);
+  EXPECT_EQ(c.gradient_checkpointing_interval.chunk(), 2);
   const auto bad = write("bad.toml", "lora_rank = = 3\n");
   try {
     load({"--config", bad});
@@ -421,7 +421,7 @@ this line is malformed
   EXPECT_EQ(c.checkpoint_step_interval, 10);
   EXPECT_EQ(c.gradient_checkpointing_segment_stride, 4);
   EXPECT_EQ(c.lora_rank, 8);
-  EXPECT_EQ(c.gradient_checkpointing_interval, 2);
+  EXPECT_EQ(c.gradient_checkpointing_interval.chunk(), 2);
   EXPECT_EQ(c.flux_lora_target, "all+ffs");  // from the appended TRAINER_EXTRA_ARGS
   EXPECT_TRUE(contains(warnings, "sets CUDA_VISIBLE_DEVICES, which are not SimpleTuner's config.env option names"));
   EXPECT_TRUE(contains(warnings, "skipped malformed lines 18"));

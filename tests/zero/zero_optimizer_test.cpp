@@ -57,7 +57,7 @@ TEST(ZeroAssignment, GreedyBalancedDeterministic) {
   // Flux-dev's Linear weights on 8 ranks: the largest shard is within 2% of an equal split.
   TransformerSpec dev;
   dev.family = "flux";
-  dev.preset = "flux-dev";
+  dev.flavour = "flux-dev";
   std::vector<int64_t> sizes;
   for (const auto& l : model_family("flux").linear_layers(dev)) sizes.push_back(l.in_features * l.out_features * 4);
   expect_greedy(sizes, 8);
@@ -165,7 +165,7 @@ TEST(DeepspeedConfig, ValidatedWithTheRun) {
 TEST(ZeroMemoryModel, PerRankOptimizerStateIsTheLargestShard) {
   TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = "flux-dev";
+  spec.flavour = "flux-dev";
   ModelUse use;
   use.training = true;
   const auto single = predict_rank_memory(spec, use, 1, 0);
@@ -225,7 +225,7 @@ TEST(ZeroMemoryModel, RealTensorsShardAndBroadcastBuffer) {
 TEST(ZeroMemoryModel, BenchPredictsPerProcessWithAndWithoutZero) {
   BenchmarkOptions o;
   o.model.family = "flux";
-  o.model.preset = "flux-tiny";
+  o.model.flavour = "flux-tiny";
   o.image_tokens = 16;
   o.text_tokens = 8;
   o.layouts = {"off"};

@@ -49,7 +49,7 @@ RunResult train_steps(distributed::ProcessGroup& group, bool zero) {
   torch::manual_seed(kModelSeed);  // the same start on every rank and in both runs
   train::TransformerSpec spec;
   spec.family = "flux";
-  spec.preset = "flux-tiny";
+  spec.flavour = "flux-tiny";
   auto model = train::make_transformer(spec, at::Device(at::kCPU));
   model->module().train();
   Named named = model->trainable_parameters();

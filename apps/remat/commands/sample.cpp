@@ -20,6 +20,7 @@
 #include "remat/memory.h"
 #include "remat/sample/pipeline.h"
 #include "remat/sample/png_file.h"
+#include "remat/train/base_precision.h"
 #include "remat/train/startup_checks.h"
 #include "remat/train/text_to_image.h"
 #include "utf8.h"
@@ -164,7 +165,7 @@ int run_sample(const std::vector<std::string>& args) {
   options.device = parse_device(device_text);
   options.max_sequence_length = max_length;
   options.vae_tiling_above = tiling_above;
-  options.base_model_precision = models::parse_base_model_precision(base_model_precision);
+  options.base_model_precision = train::parse_base_model_precision_option(base_model_precision, "sample");
   for (const auto& text : lora_texts) options.loras.push_back(sample::parse_lora_spec(text));
 
   std::vector<sample::SampleRequest> requests;

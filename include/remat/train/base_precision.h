@@ -38,6 +38,12 @@ REMAT_API std::optional<std::string> base_model_precision_unavailable(const std:
 /// SimpleTuner's registry enables the option only for model_type lora. Empty when fine.
 REMAT_API std::vector<Diagnostic> base_model_precision_diagnostics(const TrainConfig& config);
 
+/// base_model_precision `text` read through the options registry's row, for the commands that take
+/// it without a whole config (`remat bench`, `remat sample`): its choices (SimpleTuner's names),
+/// then a name remat lacks or this build lacks is refused with what it needs. Throws
+/// ValidationError naming the option; each message starts with "[<command>] ".
+REMAT_API models::BasePrecision parse_base_model_precision_option(const std::string& text, const std::string& command);
+
 /// The precision a validated config trains with (no_change when unset).
 REMAT_API models::BasePrecision base_precision_of(const TrainConfig& config);
 

@@ -70,6 +70,41 @@ inline constexpr int64_t kMaxTrainSteps = 1'000'000'000;
 /// request for 100000 threads once hung `remat bench`).
 inline constexpr int64_t kMaxNumThreads = 1024;
 
+/// gradient_checkpointing_interval as one value: per block (blank, or 1: SimpleTuner's
+/// `checkpoint every block`), contiguous chunks of N > 1 blocks, or `auto` (the budget planner
+/// picks the layout, remat/train/auto_layout.h). The options registry (options.cpp) owns its text:
+/// parse and blocks() check the value against the registry's row (an integer in
+/// [1, models::kMaxConfigBlocks] or auto), so a held value is always valid and nothing else checks
+/// it. What a model family can use of it is the plan's business (remat/train/safety_check.h).
+class REMAT_API CheckpointInterval {
+ public:
+  /// Per block.
+  CheckpointInterval() = default;
+  /// The option's text as the registry reads it: "auto", a count ("4", "2.0"), or blank / none
+  /// (per block). Throws ValidationError naming the option and its valid values.
+  static CheckpointInterval parse(const std::optional<std::string>& text);
+  /// Chunks of `n` blocks (1: per block); throws ValidationError as parse does.
+  static CheckpointInterval blocks(int64_t n);
+  /// The budget planner's choice.
+  static CheckpointInterval automatic();
+
+  bool is_auto() const { return blocks_ == kAuto; }
+  /// Per block (blank or 1).
+  bool per_block() const { return blocks_ == 1; }
+  /// Blocks per chunk when fixed chunks longer than one block are asked for; unset per block and
+  /// for auto.
+  std::optional<int64_t> chunk() const { return blocks_ > 1 ? std::optional<int64_t>(blocks_) : std::nullopt; }
+  /// The option's text: unset per block (the default), "auto", or the count.
+  std::optional<std::string> text() const;
+
+  bool operator==(const CheckpointInterval& other) const { return blocks_ == other.blocks_; }
+  bool operator!=(const CheckpointInterval& other) const { return blocks_ != other.blocks_; }
+
+ private:
+  static constexpr int64_t kAuto = 0;
+  int64_t blocks_ = 1;  ///< blocks per chunk (>= 1), or kAuto
+};
+
 /// Everything `remat train` needs, validated. Field names are SimpleTuner's option names.
 /// Choice-valued fields hold one of the registry's choices (see docs/OPTIONS.md).
 /// The model_family of a config that names none: the first built-in family (remat/train/family.h).
@@ -164,10 +199,9 @@ struct TrainConfig {
 
   // ---- gradient checkpointing ----
   bool gradient_checkpointing = true;
-  /// Blocks per checkpointed chunk; unset means per-block checkpointing (1 is stored as unset).
-  std::optional<int64_t> gradient_checkpointing_interval;
-  /// True when the user asked for interval "auto": the budget planner picks the layout.
-  bool gradient_checkpointing_interval_auto = false;
+  /// Blocks per checkpointed chunk (default: per block), or auto: the budget planner picks the
+  /// layout.
+  CheckpointInterval gradient_checkpointing_interval;
   /// A chunk starts every `stride` blocks (stride >= interval); unset means stride = interval.
   std::optional<int64_t> gradient_checkpointing_segment_stride;
   /// "torch", "unsloth", "torch-ffn" or "unsloth-ffn" (see checkpoint_backend / checkpoint_ffn_only).
@@ -263,9 +297,14 @@ struct TrainConfig {
   Backend checkpoint_backend() const;
   /// True for the "-ffn" backends: only the feed-forward half of each block is checkpointed.
   bool checkpoint_ffn_only() const;
-  /// The checkpoint plan of the gradient_checkpointing* options (an `auto` interval is the
-  /// planner's to resolve: this plan is then per-block). Throws c10::ValueError when invalid.
+  /// The checkpoint plan of the gradient_checkpointing* options on model_family, without what the
+  /// family cannot use (the safety check's warnings say what is ignored; checkpoint_plan_for in
+  /// remat/train/safety_check.h). An `auto` interval is the planner's to resolve: this plan is then
+  /// per-block. Throws c10::ValueError when invalid (a stride below the interval).
   CheckpointPlan checkpoint_plan() const;
+  /// Whether the budget planner picks the layout: checkpointing on, interval auto, and a family
+  /// that checkpoints chunks of blocks.
+  bool checkpoint_layout_planned() const;
   /// lora_alpha, or lora_rank when unset.
   double lora_alpha_value() const;
   /// validation_step_interval, else validation_steps, else 100 (SimpleTuner's default).

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// A model family as training and benchmarking see it: build the transformer from a preset or a
+/// A model family as training and benchmarking see it: build the transformer from a flavour or a
 /// config.json, load pretrained weights, configure checkpointing and LoRA, and compute the
 /// flow-matching loss of a batch. The trainer (`remat train`) and the benchmark (`remat bench`)
 /// run exactly this step, so what the benchmark measures is what training does.
@@ -39,8 +39,8 @@ struct FlowMatchingOptions {
 /// How to build a transformer.
 struct TransformerSpec {
   std::string family;                       ///< a registered family (remat/train/family.h)
-  std::string preset;                       ///< a model_flavour of the family (or a models:: preset name); empty: its small one
-  std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides preset)
+  std::string flavour;                      ///< a model_flavour of the family (or a models:: preset name); empty: its small one
+  std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides flavour)
   std::optional<std::string> weights;       ///< a .safetensors file or a component folder (config.json + weights, possibly sharded) to load strictly
   /// How the frozen base's Linear weights are stored (base_model_precision): none keeps them in
   /// float32; otherwise the Linears models::is_quantized_linear_name picks are quantised (for

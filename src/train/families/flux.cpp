@@ -61,7 +61,7 @@ models::FluxConfig flux_config_of(const TransformerSpec& spec) {
   if (spec.weights && models::is_bfl_flux_file(*spec.weights)) {
     return models::flux_config_from_bfl(io::SafetensorsFile::open(*spec.weights));
   }
-  return models::FluxConfig::preset(model_family(kFluxName).preset_of(spec.preset));
+  return models::FluxConfig::preset(model_family(kFluxName).preset_of(spec.flavour));
 }
 
 // SimpleTuner's per-flavour settings (flux/model.py check_user_config).

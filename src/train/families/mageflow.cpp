@@ -35,7 +35,7 @@ std::vector<FlavourSpec> mageflow_flavours() {
 
 models::MageFlowConfig mageflow_config_of(const TransformerSpec& spec) {
   return spec.config_json ? models::MageFlowConfig::from_json(*spec.config_json)
-                          : models::MageFlowConfig::preset(model_family(kMageFlowName).preset_of(spec.preset));
+                          : models::MageFlowConfig::preset(model_family(kMageFlowName).preset_of(spec.flavour));
 }
 
 // MageFlow trains on packed batches: the B samples of a batch are concatenated along the token
