@@ -31,7 +31,7 @@ std::string components_of(const PipelineLayout& layout) {
   std::vector<std::string> names;
   for (const auto& k : layout.components) names.push_back(k.name);
   return (layout.pipeline_classes.empty() ? std::string("this model family reads") : "a " + layout.pipeline_classes.front() + " has") +
-         " " + join(names);
+         " " + remat::detail::join(names);
 }
 
 bool is_file(const fs::path& p) {

@@ -282,12 +282,8 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
                       " must be even and >= 2 (give one when no training latent is square)");
   }
 
-  TransformerSpec spec;
-  spec.family = config.model_family;
-  spec.flavour = config.model_flavour;
   const ModelSource source = resolve_model_source(config);
-  spec.config_json = source.config_json;
-  spec.weights = source.weights;
+  const TransformerSpec spec = transformer_spec_of(config, source);
   log("[demo-quality] " + source.describe());
   auto model = make_transformer(spec, at::Device(at::kCPU));
   model->module().eval();

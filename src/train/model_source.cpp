@@ -128,4 +128,13 @@ ModelSource resolve_model_source(const TrainConfig& config) {
   return source;
 }
 
+TransformerSpec transformer_spec_of(const TrainConfig& config, const ModelSource& source) {
+  TransformerSpec spec;
+  spec.family = config.model_family;
+  spec.flavour = config.model_flavour;
+  spec.config_json = source.config_json;
+  spec.weights = source.weights;
+  return spec;
+}
+
 }  // namespace remat::train

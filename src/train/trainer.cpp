@@ -286,12 +286,8 @@ void Trainer::setup() {
     validation_ = std::make_unique<ValidationRenderer>(config_, hooks_.log);
   }
 
-  TransformerSpec spec;
-  spec.family = config_.model_family;
-  spec.flavour = config_.model_flavour;
   const ModelSource source = resolve_model_source(config_);
-  spec.config_json = source.config_json;
-  spec.weights = source.weights;
+  TransformerSpec spec = transformer_spec_of(config_, source);
   spec.base_precision = base_precision_of(config_);
   hooks_.log("[train] " + source.describe());
   if (!config_.skip_memory_check) {

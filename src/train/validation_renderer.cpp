@@ -86,12 +86,7 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : s
   s.encoder_settings.max_sequence_length = config.tokenizer_max_length;
   s.encoder_settings.device = at::Device(config.device);
   // The pipeline's encoders and scheduler with the run's own transformer (checked to fit them).
-  TransformerSpec transformer;
-  transformer.family = config.model_family;
-  transformer.flavour = config.model_flavour;
-  const ModelSource source = resolve_model_source(config);
-  transformer.config_json = source.config_json;
-  transformer.weights = source.weights;
+  const TransformerSpec transformer = transformer_spec_of(config, resolve_model_source(config));
   s.pipeline = make_text_to_image(model_family(config.model_family), s.pipeline_folder, config.model_flavour,
                                   &transformer);
 

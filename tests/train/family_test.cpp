@@ -7,6 +7,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "remat/data/caches.h"
@@ -244,7 +245,10 @@ void register_toy_family() {
   toy.lora_target_presets = {"default"};
   toy.lora_target_modules = [](const std::string&) { return std::vector<std::string>{"blocks.0", "blocks.1"}; };
   toy.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {
-    auto model = std::make_unique<ToyTransformer>(spec.flavour == "toy-6" ? 6 : 3);
+    // A config.json (a pipeline folder's transformer/) says its depth; otherwise the flavour does.
+    const int64_t depth = spec.config_json ? nlohmann::json::parse(std::ifstream(*spec.config_json)).at("depth").get<int64_t>()
+                                           : spec.flavour == "toy-6" ? 6 : 3;
+    auto model = std::make_unique<ToyTransformer>(depth);
     if (spec.weights) encoders::load_component(*spec.weights, model->module());
     model->module().to(device);
     return model;

@@ -9,6 +9,7 @@
 
 #include "remat/export.h"
 #include "remat/train/config.h"
+#include "remat/train/transformer.h"
 
 namespace remat::train {
 
@@ -34,5 +35,9 @@ struct ModelSource {
 /// remat/encoders/pipeline_folder.h). Throws c10::ValueError naming the option, the path and
 /// what was expected.
 REMAT_API ModelSource resolve_model_source(const TrainConfig& config);
+
+/// The TransformerSpec of `config`'s model: its family and flavour, with `source`'s config.json and
+/// weights (float32, the base unquantised: the caller sets base_precision and dtype when it needs).
+REMAT_API TransformerSpec transformer_spec_of(const TrainConfig& config, const ModelSource& source);
 
 }  // namespace remat::train
