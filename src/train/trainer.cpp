@@ -21,6 +21,7 @@
 #include "remat/models/lora.h"
 #include "remat/models/lora_formats.h"
 #include "remat/memory.h"
+#include "remat/error.h"
 #include "remat/train/model_source.h"
 #include "remat/io/files.h"
 #include "remat/train/admission.h"
