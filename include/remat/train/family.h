@@ -93,7 +93,7 @@ struct ModelFamily {
   /// What its latent cache holds.
   LatentLayout latents;
   /// Its text encoders and autoencoder in a pipeline folder (Flux's VAE, CLIP and T5): image
-  /// datasets, `remat cache`, `remat encode`, sampling and validation load them. Unset
+  /// datasets, `remat cache`, sampling and validation load them. Unset
   /// (!encoders.available()): only latent caches made elsewhere train it.
   encoders::FamilyEncoders encoders;
   /// model_index.json `_class_name` values of its diffusers pipelines ("FluxPipeline"):
