@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// What a model family encodes with, seen from the code that runs the encoders without knowing the
-/// family: the latent caches (remat/data/caches.h), `remat encode`, `remat sample` and validation.
+/// family: the latent caches (remat/data/caches.h), `remat sample` and validation.
 /// A family's text encoders turn a caption into the conditioning its transformer reads; its
 /// autoencoder turns pictures into latents and back. A family hands out a FamilyEncoders (Flux's:
 /// flux_family_encoders(), remat/encoders/flux_encoders.h) through its descriptor
@@ -56,7 +56,8 @@ class REMAT_API ImageAutoencoder {
   /// (1, 3, H, W) in [-1, 1] -> latents (C, H / f, W / f) in float32 on the CPU: the posterior's
   /// sample drawn from `generator`, or its mean without one.
   virtual at::Tensor encode_image(const at::Tensor& vae_input, c10::optional<at::Generator> generator) = 0;
-  /// Latents (C, h, w) -> a decoded picture (1, 3, f h, f w), roughly in [-1, 1].
+  /// Latents (C, h, w) -> a decoded picture (1, 3, f h, f w), roughly in [-1, 1], on the CPU in the
+  /// autoencoder's dtype (diffusers' VaeImageProcessor.postprocess clamps in that dtype).
   virtual at::Tensor decode_latents(const at::Tensor& latents) = 0;
   /// Works in tiles (diffusers' enable_tiling) from now on, or whole.
   virtual void set_tiling(bool tiled) = 0;
