@@ -1,5 +1,5 @@
 // base_model_precision side by side (docs/QUANTISATION.md):
-//  1. the transformer's weight bytes from the memory model (remat/train/admission.h) for flux-dev
+//  1. the transformer's weight bytes from the memory model (remat/train/memory/admission.h) for flux-dev
 //     and flux-small in bf16, int8 (int8-quanto) and NF4 (nf4-bnb), and the bytes measured by the
 //     tracking allocator when flux-small is built at each precision (float32, as training builds);
 //  2. the demo (configs/demo-flux-lora.json, what `remat train --config` runs) trained at
@@ -16,10 +16,10 @@
 
 #include "remat/memory.h"
 #include "remat/models/quantization.h"
-#include "remat/train/admission.h"
-#include "remat/train/config.h"
-#include "remat/train/trainer.h"
-#include "remat/train/transformer.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/options/config.h"
+#include "remat/train/run/trainer.h"
+#include "remat/train/family/transformer.h"
 
 namespace {
 

@@ -31,7 +31,7 @@
 #include "remat/data/demo_images.h"
 #include "remat/encoders/autoencoder_kl.h"
 #include "remat/encoders/clip_text_model.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
 #include "remat/encoders/t5_encoder.h"
 #include "remat/memory.h"
 
@@ -89,7 +89,7 @@ std::string write_source_picture(const std::string& dir, int64_t side) {
   torch::manual_seed(0);
   picture = (picture + torch::randint(-24, 25, picture.sizes(), at::kShort)).clamp(0, 255).to(at::kByte);
   const std::string path = dir + "/source.png";
-  encoders::write_png(path, picture);
+  image::write_png(path, picture);
   return path;
 }
 
@@ -136,15 +136,15 @@ int main(int argc, char** argv) {
     at::Tensor latents;
     for (int64_t r = 0; r <= repeats; ++r) {
       const auto t0 = Clock::now();
-      const auto picture = encoders::read_image(source);
+      const auto picture = image::read_image(source);
       const double t_decode = seconds_since(t0);
       const auto t1 = Clock::now();
       const int64_t resized_w = picture.size(1) * side / picture.size(0);  // shorter edge -> side
-      const auto resized = encoders::resize_picture(picture, resized_w, side);
-      const auto cropped = encoders::crop_picture(resized, (resized_w - side) / 2, 0, side, side);
+      const auto resized = image::resize_picture(picture, resized_w, side);
+      const auto cropped = image::crop_picture(resized, (resized_w - side) / 2, 0, side, side);
       const double t_resize = seconds_since(t1);
       const auto t2 = Clock::now();
-      const auto posterior = vae->encode(encoders::picture_to_vae_input(cropped).to(dtype));
+      const auto posterior = vae->encode(image::picture_to_vae_input(cropped).to(dtype));
       latents = vae->to_transformer_latents(posterior.sample(generator)).to(at::kFloat);
       const double t_encode = seconds_since(t2);
       if (r == 0) continue;  // warm-up

@@ -42,7 +42,7 @@
 #include <torch/version.h>
 
 #include "data_parallel.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/memory.h"
 
 extern char** environ;

@@ -5,7 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include "data_parallel.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::bench {
 namespace {

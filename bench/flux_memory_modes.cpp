@@ -20,7 +20,7 @@
 #include "remat/memory.h"
 #include "remat/models/flux.h"
 #include "remat/plan.h"
-#include "remat/train/transformer.h"
+#include "remat/train/family/transformer.h"
 
 namespace {
 

@@ -28,7 +28,7 @@
 #include "remat/sample/flux_sampler.h"
 #include "remat/sample/scheduler.h"
 #include "remat/threads.h"
-#include "remat/train/text_to_image.h"
+#include "remat/train/family/text_to_image.h"
 
 namespace {
 

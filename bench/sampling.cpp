@@ -29,7 +29,7 @@
 #include "remat/models/flux.h"
 #include "remat/sample/flux_sampler.h"
 #include "remat/sample/scheduler.h"
-#include "remat/train/transformer.h"
+#include "remat/train/family/transformer.h"
 
 namespace {
 

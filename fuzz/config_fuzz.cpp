@@ -8,7 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include "fuzz_input_file.h"
-#include "remat/train/config.h"
+#include "remat/train/options/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -6,20 +6,20 @@
 #include <c10/util/Exception.h>
 
 #include "fuzz_input_file.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = remat::fuzz::write_input(data, size, "picture");
   try {
-    const auto info = remat::encoders::read_image_info(path);
+    const auto info = remat::image::read_image_info(path);
     (void)info;
   } catch (const c10::Error&) {
   }
   try {
-    const auto picture = remat::encoders::read_image(path);
+    const auto picture = remat::image::read_image(path);
     // Pictures stay small here: the fuzzer's inputs are, and kMaxImagePixels bounds the rest.
     if (picture.size(0) * picture.size(1) <= 512 * 512) {
-      (void)remat::encoders::resize_picture(picture, picture.size(1) / 3 + 1, picture.size(0) / 3 + 1);
+      (void)remat::image::resize_picture(picture, picture.size(1) / 3 + 1, picture.size(0) / 3 + 1);
     }
   } catch (const c10::Error&) {
   }

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "fuzz_input_file.h"
-#include "remat/train/training_state.h"
+#include "remat/train/run/training_state.h"
 
 namespace {
 

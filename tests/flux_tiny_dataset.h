@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "remat/train/data.h"
-#include "remat/train/family.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
 
 namespace remat::testing {
 

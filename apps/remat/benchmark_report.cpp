@@ -11,7 +11,7 @@
 
 #include "string_helpers.h"
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/memory.h"
 #include "benchmark_report.h"
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "remat/train/benchmark.h"
+#include "remat/train/memory/benchmark.h"
 
 namespace remat::cli {
 

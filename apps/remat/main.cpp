@@ -12,7 +12,7 @@
 #include "remat/build_info.h"
 #include "remat/memory.h"
 #include "remat/out_of_memory.h"
-#include "remat/train/config.h"
+#include "remat/train/options/config.h"
 
 namespace remat::cli {
 
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // One rule for what a library throws past every stage that could name it: out of memory is
     // remat's [memory] error (remat/out_of_memory.h), a filesystem error names its path, and
-    // c10 errors are remat's own convention (remat/error.h). All are exit code 2.
+    // c10 errors are remat's own convention (remat/util/error.h). All are exit code 2.
     if (const auto bytes = remat::memory::failed_allocation_bytes(e)) {
       std::cerr << "remat " << name << ": error: "
                 << remat::memory::out_of_memory_message("`remat " + name + "`",

@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include "parse_args.h"
-#include "remat/train/family.h"
-#include "remat/train/transformer.h"
+#include "remat/train/family/family.h"
+#include "remat/train/family/transformer.h"
 
 namespace remat::cli {
 

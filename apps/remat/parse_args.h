@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "command.h"
-#include "remat/train/options.h"
+#include "remat/train/options/options.h"
 
 namespace remat::cli {
 
@@ -83,7 +83,7 @@ CLI::Option* add_registry_option(CLI::App& app, const std::string& name, T& vari
   return option->capture_default_str();
 }
 
-/// `--skip_memory_check`: build the model even when memory admission (remat/train/admission.h)
+/// `--skip_memory_check`: build the model even when memory admission (remat/train/memory/admission.h)
 /// predicts it will not fit; the registry's help text.
 inline CLI::Option* add_skip_memory_check(CLI::App& app, bool& skip) {
   const train::OptionSpec* spec = train::find_option("skip_memory_check");

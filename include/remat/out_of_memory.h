@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// remat's rule for running out of memory (remat/error.h's convention applied to allocation):
+/// remat's rule for running out of memory (remat/util/error.h's convention applied to allocation):
 /// an allocation that fails while remat does some named piece of work (encoding a picture,
 /// decoding a sample, building an encoder) is reported as "[memory] <what> needs <N> bytes more
 /// than it could get; this machine has <M> available: <what to change>", a c10::ValueError the CLI

@@ -1,3 +1,4 @@
+#include "string_helpers.h"
 #include "remat/byte_size.h"
 
 #include <cctype>
@@ -33,10 +34,9 @@ int64_t parse_byte_size(const std::string& text, const std::string& what) {
   if (!digits) throw fail();
   const long double number = std::strtold(text.substr(number_begin, i - number_begin).c_str(), nullptr);
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  std::string unit;
-  for (; i < text.size() && !std::isspace(static_cast<unsigned char>(text[i])); ++i) {
-    unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  }
+  const size_t unit_begin = i;
+  while (i < text.size() && !std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  const std::string unit = remat::detail::lower(text.substr(unit_begin, i - unit_begin));
   while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
   if (i != text.size()) throw fail();
 

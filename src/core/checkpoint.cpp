@@ -1,5 +1,5 @@
 #include "remat/checkpoint.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/saved_inputs.h"
 
 #include <stdexcept>

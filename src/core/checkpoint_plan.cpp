@@ -1,6 +1,6 @@
 #include "remat/checkpoint_plan.h"
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #include <tuple>
 

@@ -7,7 +7,7 @@
 
 #include "detail/run_blocks.h"
 #include "remat/checkpoint.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat {
 namespace {

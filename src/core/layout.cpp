@@ -1,5 +1,5 @@
 #include "remat/layout.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #include <memory>
 #include <sstream>

@@ -5,7 +5,7 @@
 #include <new>
 #include <regex>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/memory.h"
 
 namespace remat::memory {

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat {
 namespace {

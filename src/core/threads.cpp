@@ -8,7 +8,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat {
 namespace {

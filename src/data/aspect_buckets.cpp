@@ -43,7 +43,7 @@
 #include <string>
 #include <utility>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::data {
 namespace {

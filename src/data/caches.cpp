@@ -12,10 +12,10 @@
 
 #include "caches_internal.h"
 #include "remat/encoders/model_encoders.h"
-#include "remat/encoders/image_file.h"
-#include "remat/error.h"
-#include "remat/generator_guard.h"
-#include "remat/io/files.h"
+#include "remat/image/image_file.h"
+#include "remat/util/error.h"
+#include "remat/util/generator_guard.h"
+#include "remat/util/files.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/out_of_memory.h"
@@ -49,7 +49,7 @@ at::ScalarType encoder_dtype(const std::string& name) {
 }
 
 void write_entry(const std::string& path, const std::vector<io::NamedTensor>& tensors, const Metadata& metadata) {
-  io::make_directories(fs::path(path).parent_path().string(), "cache", "the cache folder");
+  util::make_directories(fs::path(path).parent_path().string(), "cache", "the cache folder");
   io::save_safetensors(path, tensors, metadata);
 }
 
@@ -80,7 +80,7 @@ void admit_vae_encoding(const encoders::FamilyEncoders& family, const encoders::
 
 // Decodes, resizes and crops one image as its TrainingCrop says, and encodes it.
 at::Tensor encode_record(encoders::ImageAutoencoder& vae, const ImageRecord& record, uint64_t seed) {
-  at::Tensor picture = encoders::read_image(record.path);
+  at::Tensor picture = image::read_image(record.path);
   if (picture.size(1) != record.width || picture.size(0) != record.height) {
     throw_value_error("[cache] '" + record.path + "' is " + std::to_string(picture.size(1)) + "x" +
                       std::to_string(picture.size(0)) + " pixels, but was " + std::to_string(record.width) + "x" +
@@ -88,12 +88,12 @@ at::Tensor encode_record(encoders::ImageAutoencoder& vae, const ImageRecord& rec
   }
   const auto& c = record.crop;
   if (c.resized_width != record.width || c.resized_height != record.height) {
-    picture = encoders::resize_picture(picture, c.resized_width, c.resized_height);
+    picture = image::resize_picture(picture, c.resized_width, c.resized_height);
   }
-  picture = encoders::crop_picture(picture, c.crop_left, c.crop_top, c.width, c.height);
+  picture = image::crop_picture(picture, c.crop_left, c.crop_top, c.width, c.height);
   at::Generator generator =
       at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(seed, record.relative_path));
-  return vae.encode_image(encoders::picture_to_vae_input(picture), generator).contiguous();
+  return vae.encode_image(image::picture_to_vae_input(picture), generator).contiguous();
 }
 
 // Whether this process encodes the entry named by `key` (CacheShare). The key leaves out where
@@ -146,10 +146,10 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
 
   // Every cache folder is made (or found unusable) before any encoder loads.
   for (const auto& dataset : datasets) {
-    io::make_directories(dataset.config.cache_dir_vae, "cache", "dataset '" + dataset.config.id + "': cache_dir_vae");
+    util::make_directories(dataset.config.cache_dir_vae, "cache", "dataset '" + dataset.config.id + "': cache_dir_vae");
   }
   for (const auto& t : backends.text_embeds) {
-    io::make_directories(t.cache_dir, "cache", "text_embeds backend '" + t.id + "': cache_dir");
+    util::make_directories(t.cache_dir, "cache", "text_embeds backend '" + t.id + "': cache_dir");
   }
 
   CacheReport report;

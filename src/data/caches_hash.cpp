@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "caches_internal.h"
-#include "remat/io/files.h"
+#include "remat/util/files.h"
 
 namespace remat::data::detail {
 namespace fs = std::filesystem;
@@ -41,7 +41,7 @@ std::string component_identity(const std::string& component_dir) {
     key << file.filename().string() << '\0' << size << '\0' << mtime << '\n';
   }
   const auto config = fs::path(component_dir) / "config.json";
-  if (fs::is_regular_file(config)) key << io::read_regular_file(config.string(), 1 << 20, "caches", "config.json");
+  if (fs::is_regular_file(config)) key << util::read_regular_file(config.string(), 1 << 20, "caches", "config.json");
   return fnv1a_128_hex(key.str());
 }
 

@@ -15,9 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "string_helpers.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
 
 namespace remat::data {
 namespace {
@@ -51,7 +51,7 @@ class BackendReader {
       : file_(file), backend_(backend), id_(std::move(id)) {}
 
   [[noreturn]] void fail(const std::string& key, const Json& value, const std::string& what) const {
-    throw_value_error("[data] " + file_ + ": backend '" + id_ + "': " + key + " = " + io::json_excerpt(value) +
+    throw_value_error("[data] " + file_ + ": backend '" + id_ + "': " + key + " = " + util::json_excerpt(value) +
                       ": " + what);
   }
 
@@ -301,18 +301,18 @@ const TextEmbedsConfig& DataBackendConfig::text_embeds_of(const std::string& id)
 }
 
 DataBackendConfig read_data_backend_config(const std::string& path, const DataDefaults& defaults) {
-  const std::string text = io::read_regular_file(path, io::kMaxJsonFileBytes, "data", "data_backend_config");
-  io::check_json_text(text, io::kMaxJsonFileBytes, "[data] data_backend_config '" + path + "'");
+  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "data", "data_backend_config");
+  util::check_json_text(text, util::kMaxJsonFileBytes, "[data] data_backend_config '" + path + "'");
   Json doc;
   try {
     doc = Json::parse(text);
   } catch (const Json::exception& e) {
     throw_value_error("[data] data_backend_config must be valid JSON, got '" + path +
-                      "': " + io::json_error_excerpt(e));
+                      "': " + util::json_error_excerpt(e));
   }
   if (!doc.is_array() || doc.empty()) {
     throw_value_error("[data] " + path + ": a data_backend_config is a JSON list of backends (objects), got " +
-                      io::json_excerpt(doc));
+                      util::json_excerpt(doc));
   }
 
   DataBackendConfig out;
@@ -323,7 +323,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
     ++position;
     if (!backend.is_object()) {
       throw_value_error("[data] " + path + ": backend " + std::to_string(position) +
-                        " must be a JSON object, got " + io::json_excerpt(backend));
+                        " must be a JSON object, got " + util::json_excerpt(backend));
     }
     std::string id;
     if (backend.contains("id") && backend.at("id").is_string()) id = backend.at("id").get<std::string>();
@@ -410,7 +410,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
       throw_value_error("[data] " + path + ": backend '" + image.id + "': text_embeds = \"" + image.text_embeds +
                         "\": no enabled text_embeds backend has that id; text_embeds backends: " + join(ids));
     }
-    const std::string folder = io::canonical_folder(image.cache_dir_vae);
+    const std::string folder = util::canonical_folder(image.cache_dir_vae);
     const auto [it, inserted] = vae_dirs.emplace(folder, image.id);
     if (!inserted) {
       throw_value_error("[data] " + path + ": backend '" + image.id + "': cache_dir_vae = \"" + image.cache_dir_vae +
@@ -419,7 +419,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
     }
   }
   for (const auto& t : out.text_embeds) {
-    const std::string folder = io::canonical_folder(t.cache_dir);
+    const std::string folder = util::canonical_folder(t.cache_dir);
     if (vae_dirs.count(folder)) {
       throw_value_error("[data] " + path + ": backend '" + t.id + "': cache_dir = \"" + t.cache_dir +
                         "\" is also the VAE cache of backend '" + vae_dirs.at(folder) + "' (both are '" + folder +

@@ -9,9 +9,10 @@
 #include <system_error>
 #include <tuple>
 
-#include "remat/encoders/image_file.h"
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 
 namespace remat::data {
 namespace fs = std::filesystem;
@@ -141,8 +142,8 @@ std::vector<DemoImage> write_demo_images(const std::string& dir, const DemoImage
   for (const auto& image : images) {
     const fs::path stem = fs::path(dir) / image.name;
     // The caption first: a picture is never in the folder without its caption.
-    io::write_file_atomically(stem.string() + ".txt", image.caption + "\n", "make-demo-images");
-    encoders::write_png(stem.string() + ".png", draw_demo_image(image));
+    util::write_file_atomically(stem.string() + ".txt", image.caption + "\n", "make-demo-images");
+    image::write_png(stem.string() + ".png", draw_demo_image(image));
   }
   return images;
 }

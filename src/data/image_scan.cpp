@@ -1,6 +1,6 @@
 // One image backend's folder, scanned as SimpleTuner's discovery does (every picture under
 // instance_data_dir, recursively), without decoding a pixel: sizes come from the file headers
-// (remat::encoders::read_image_info, EXIF orientation applied). A file that cannot be used is
+// (remat::image::read_image_info, EXIF orientation applied). A file that cannot be used is
 // skipped with its reason, never thrown: a corrupt or zero-byte picture, a picture below
 // minimum_image_size (SimpleTuner's "too_small"), an image without its caption file under the
 // textfile strategy (SimpleTuner removes those from its buckets). A caption file without a picture
@@ -14,8 +14,8 @@
 
 #include "string_helpers.h"
 #include "remat/data/image_dataset.h"
-#include "remat/encoders/image_file.h"
-#include "remat/error.h"
+#include "remat/image/image_file.h"
+#include "remat/util/error.h"
 #include "utf8.h"
 
 namespace remat::data {
@@ -124,7 +124,7 @@ ScannedDataset scan_image_dataset(const ImageDatasetConfig& config, uint64_t see
       continue;
     }
     try {
-      const encoders::ImageInfo info = encoders::read_image_info(path);
+      const image::ImageInfo info = image::read_image_info(path);
       record.width = info.width;
       record.height = info.height;
     } catch (const c10::Error& e) {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::distributed {
 namespace {

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "process_group_impl.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 // Note [Reduction during recomputation]
 // A checkpointed segment's backward runs the segment's forward again and then an inner backward

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "process_group_impl.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #ifdef REMAT_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

@@ -14,7 +14,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include "remat/default_dtype.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/io/safetensors.h"
 
 namespace remat::encoders {

@@ -11,9 +11,9 @@
 
 #include "config_json.h"
 #include "string_helpers.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
 
 namespace remat::encoders {
 namespace {
@@ -43,7 +43,7 @@ void read_int(const Json& j, const char* key, int64_t& out, const std::string& o
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!remat::detail::is_int64(*it)) {
-    fail(origin, std::string("config key '") + key + "' must be an integer, got " + io::json_excerpt(*it));
+    fail(origin, std::string("config key '") + key + "' must be an integer, got " + util::json_excerpt(*it));
   }
   out = it->get<int64_t>();
 }
@@ -52,7 +52,7 @@ void read_bool(const Json& j, const char* key, bool& out, const std::string& ori
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_boolean()) {
-    fail(origin, std::string("config key '") + key + "' must be a boolean, got " + io::json_excerpt(*it));
+    fail(origin, std::string("config key '") + key + "' must be a boolean, got " + util::json_excerpt(*it));
   }
   out = it->get<bool>();
 }
@@ -62,7 +62,7 @@ bool read_vae_number(const Json& j, const char* key, double& out, const std::str
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return false;
   if (!it->is_number()) {
-    fail(origin, std::string("config key '") + key + "' must be a number, got " + io::json_excerpt(*it));
+    fail(origin, std::string("config key '") + key + "' must be a number, got " + util::json_excerpt(*it));
   }
   out = it->get<double>();
   return true;
@@ -75,7 +75,7 @@ std::vector<int64_t> read_int_list(const Json& value, const char* key, const std
   }
   if (!ok) {
     fail(origin, std::string("config key '") + key + "' must be a list of integers, got " +
-                     io::json_excerpt(value));
+                     util::json_excerpt(value));
   }
   return value.get<std::vector<int64_t>>();
 }
@@ -90,7 +90,7 @@ void check_block_types(const Json& j, const char* key, const char* expected, con
   }
   if (!ok) {
     fail(origin, std::string("config key '") + key + "' must be a list of \"" + expected +
-                     "\" (the only block AutoencoderKL supports), got " + io::json_excerpt(*it));
+                     "\" (the only block AutoencoderKL supports), got " + util::json_excerpt(*it));
   }
 }
 
@@ -186,12 +186,12 @@ void AutoencoderKLConfig::validate(const std::string& origin) const {
 }
 
 AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text, const std::string& origin) {
-  io::check_json_text(text, io::kMaxJsonFileBytes, "[vae] " + origin);
+  util::check_json_text(text, util::kMaxJsonFileBytes, "[vae] " + origin);
   Json j;
   try {
     j = Json::parse(text);
   } catch (const Json::parse_error& e) {
-    fail(origin, "malformed config JSON: " + io::json_error_excerpt(e));
+    fail(origin, "malformed config JSON: " + util::json_error_excerpt(e));
   }
   if (!j.is_object()) fail(origin, "config JSON must be an object");
 
@@ -205,7 +205,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
   read_int(j, "latent_channels", c.latent_channels, origin);
   read_int(j, "norm_num_groups", c.norm_num_groups, origin);
   if (auto it = j.find("act_fn"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) fail(origin, "config key 'act_fn' must be a string, got " + io::json_excerpt(*it));
+    if (!it->is_string()) fail(origin, "config key 'act_fn' must be a string, got " + util::json_excerpt(*it));
     c.act_fn = it->get<std::string>();
   }
   read_bool(j, "mid_block_add_attention", c.mid_block_add_attention, origin);
@@ -229,7 +229,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
     auto it = j.find(key);
     if (it != j.end() && !it->is_null()) {
       fail(origin, std::string("config key '") + key + "' must be null (per-channel latent statistics are not supported), got " +
-                       io::json_excerpt(*it));
+                       util::json_excerpt(*it));
     }
   }
   check_block_types(j, "down_block_types", kDownBlock, origin);
@@ -242,7 +242,7 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
 }
 
 AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
-  return from_json_text(io::read_regular_file(path, io::kMaxJsonFileBytes, kVaeComponent, "config file"), path);
+  return from_json_text(util::read_regular_file(path, util::kMaxJsonFileBytes, kVaeComponent, "config file"), path);
 }
 
 std::string AutoencoderKLConfig::to_json() const {

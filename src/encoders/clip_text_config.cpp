@@ -8,7 +8,7 @@
 
 #include "config_json.h"
 #include "remat/encoders/clip_text_model.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::encoders {
 namespace {
@@ -32,7 +32,7 @@ void read_string(const nlohmann::json& j, const char* key, std::string& out,
   if (it == j.end() || it->is_null()) return;
   if (!it->is_string()) {
     throw_value_error(where(origin) + "config key '" + key + "' must be a string, got " +
-                      io::json_excerpt(*it));
+                      util::json_excerpt(*it));
   }
   out = it->get<std::string>();
 }
@@ -42,7 +42,7 @@ void read_clip_number(const nlohmann::json& j, const char* key, double& out, con
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number()) {
     throw_value_error(where(origin) + "config key '" + key + "' must be a number, got " +
-                      io::json_excerpt(*it));
+                      util::json_excerpt(*it));
   }
   out = it->get<double>();
 }

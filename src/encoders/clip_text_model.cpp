@@ -9,7 +9,7 @@
 
 #include "remat/encoders/activations.h"
 #include "remat/encoders/clip_text_model.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/io/safetensors.h"
 
 namespace remat::encoders {

@@ -9,7 +9,7 @@
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::encoders::detail {
 namespace {

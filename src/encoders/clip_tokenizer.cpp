@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "clip_text_normalize.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
 
 namespace remat::encoders {
 namespace {
@@ -26,14 +26,14 @@ constexpr uint64_t kMaxMergesFileBytes = uint64_t{64} << 20;
 std::string file_tag(const std::string& path) { return "[clip] tokenizer file '" + path + "': "; }
 
 nlohmann::json parse_json_file(const std::string& path) {
-  const std::string text = io::read_regular_file(path, io::kMaxJsonFileBytes, "clip", "tokenizer file");
-  io::check_json_text(text, io::kMaxJsonFileBytes, "[clip] tokenizer file '" + path + "'");
+  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "clip", "tokenizer file");
+  util::check_json_text(text, util::kMaxJsonFileBytes, "[clip] tokenizer file '" + path + "'");
   try {
     nlohmann::json j = nlohmann::json::parse(text);
     if (!j.is_object()) throw_value_error(file_tag(path) + "must hold a JSON object");
     return j;
   } catch (const nlohmann::json::parse_error& e) {
-    throw_value_error(file_tag(path) + "malformed JSON: " + io::json_error_excerpt(e));
+    throw_value_error(file_tag(path) + "malformed JSON: " + util::json_error_excerpt(e));
   }
 }
 
@@ -51,7 +51,7 @@ void read_special(const nlohmann::json& j, const char* key, std::string& out, co
     return;
   }
   throw_value_error(file_tag(path) + "'" + key + "' must be a string or an object with a string \"content\", got " +
-                    io::json_excerpt(*it));
+                    util::json_excerpt(*it));
 }
 
 void read_specials(const std::string& path, ClipTokenizer::SpecialTokens& specials) {
@@ -92,8 +92,8 @@ ClipTokenizer ClipTokenizer::build(const std::string& vocab_json, const std::str
     const auto& v = it.value();
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0) ||
         (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))) {
-      throw_value_error(file_tag(vocab_json) + "the id of token " + nlohmann::json(io::text_excerpt(it.key())).dump() +
-                        " must be an integer in [0, 2^31), got " + io::json_excerpt(v));
+      throw_value_error(file_tag(vocab_json) + "the id of token " + nlohmann::json(util::text_excerpt(it.key())).dump() +
+                        " must be an integer in [0, 2^31), got " + util::json_excerpt(v));
     }
     const int64_t id = v.get<int64_t>();
     tok.vocab_[it.key()] = id;
@@ -101,7 +101,7 @@ ClipTokenizer ClipTokenizer::build(const std::string& vocab_json, const std::str
   }
   if (tok.vocab_.empty()) throw_value_error(file_tag(vocab_json) + "the vocabulary is empty");
 
-  const std::string text = io::read_regular_file(merges_txt, kMaxMergesFileBytes, "clip", "tokenizer file");
+  const std::string text = util::read_regular_file(merges_txt, kMaxMergesFileBytes, "clip", "tokenizer file");
   // read().strip().split("\n"): surrounding whitespace of the whole file goes first.
   const size_t first = text.find_first_not_of(" \t\r\n\f\v");
   const size_t last = text.find_last_not_of(" \t\r\n\f\v");
@@ -116,7 +116,7 @@ ClipTokenizer ClipTokenizer::build(const std::string& vocab_json, const std::str
     if (line_no == 1) {
       if (line.rfind("#version", 0) != 0) {
         throw_value_error("[clip] tokenizer file '" + merges_txt + "' line 1: expected the \"#version: 0.2\" header, got " +
-                          nlohmann::json(io::text_excerpt(line)).dump());
+                          nlohmann::json(util::text_excerpt(line)).dump());
       }
       continue;
     }
@@ -133,7 +133,7 @@ ClipTokenizer ClipTokenizer::build(const std::string& vocab_json, const std::str
     if (parts.size() != 2) {
       throw_value_error("[clip] tokenizer file '" + merges_txt + "' line " + std::to_string(line_no) +
                         ": expected two symbols separated by a space, got " +
-                        nlohmann::json(io::text_excerpt(line)).dump());
+                        nlohmann::json(util::text_excerpt(line)).dump());
     }
     detail::utf8_to_code_points(line, "tokenizer file '" + merges_txt + "' line " + std::to_string(line_no));
     // dict(zip(merges, range(...))): a repeated merge keeps its last rank.

@@ -13,7 +13,7 @@
 
 #include "clip_text_normalize.h"
 #include "remat/encoders/clip_tokenizer.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::encoders {
 namespace {

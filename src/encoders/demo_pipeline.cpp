@@ -9,8 +9,8 @@
 #include <torch/torch.h>
 
 #include "remat/encoders/pipeline_folder.h"
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 #include "remat/io/safetensors.h"
 
 namespace remat::encoders {
@@ -84,14 +84,14 @@ void write_demo_transformer(const std::string& component_dir, const DemoPipeline
   const uint64_t limit = options.transformer_shards == 1
                              ? total
                              : std::max(largest, total / static_cast<uint64_t>(options.transformer_shards) + 1);
-  save_component(component_dir, *model, flux_transformer_config_json(config), limit, "diffusion_pytorch_model");
+  models::save_component(component_dir, *model, flux_transformer_config_json(config), limit, "diffusion_pytorch_model");
 }
 
 void write_demo_scheduler(const std::string& component_dir, const DemoPipelineOptions&) {
   std::error_code ec;
   fs::create_directories(component_dir, ec);
   if (ec) throw_value_error("[pipeline] cannot create '" + component_dir + "': " + ec.message());
-  io::write_file_atomically((fs::path(component_dir) / "scheduler_config.json").string(),
+  util::write_file_atomically((fs::path(component_dir) / "scheduler_config.json").string(),
                              flux_dev_scheduler_config_json(), "pipeline");
 }
 
@@ -129,7 +129,7 @@ std::vector<std::string> write_demo_pipeline(const std::string& root, const Demo
   }
   // diffusers writes the components in alphabetical order, after the underscore keys.
   for (const auto& [name, value] : entries) index[name] = value;
-  io::write_file_atomically((fs::path(root) / "model_index.json").string(), index.dump(2) + "\n", "pipeline");
+  util::write_file_atomically((fs::path(root) / "model_index.json").string(), index.dump(2) + "\n", "pipeline");
   return written;
 }
 

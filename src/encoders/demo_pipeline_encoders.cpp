@@ -14,8 +14,8 @@
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/encoders/t5_encoder.h"
 #include "remat/encoders/t5_tokenizer.h"
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 
 namespace remat::encoders {
 namespace {
@@ -85,7 +85,7 @@ void write_demo_vae(const std::string& dir, const DemoPipelineOptions& options) 
   AutoencoderKL vae(config);
   make_posterior_nearly_deterministic(*vae, config);
   vae->to(file_dtype(options));
-  save_component(dir, *vae, config.to_json());
+  models::save_component(dir, *vae, config.to_json());
 }
 
 void write_demo_text_encoder(const std::string& dir, const DemoPipelineOptions& options) {
@@ -93,7 +93,7 @@ void write_demo_text_encoder(const std::string& dir, const DemoPipelineOptions& 
   seed_for(options, 2);
   ClipTextModel clip(config);
   clip->to(file_dtype(options));
-  save_component(dir, *clip, config.to_json(), kDefaultMaxShardBytes, "model");
+  models::save_component(dir, *clip, config.to_json(), models::kDefaultMaxShardBytes, "model");
 }
 
 void write_demo_tokenizer(const std::string& dir, const DemoPipelineOptions&) {
@@ -107,9 +107,9 @@ void write_demo_tokenizer_2(const std::string& dir, const DemoPipelineOptions&) 
   nlohmann::ordered_json config = {{"tokenizer_class", "T5Tokenizer"}, {"model_max_length", 512},
                                    {"eos_token", "</s>"}, {"pad_token", "<pad>"}, {"unk_token", "<unk>"},
                                    {"extra_ids", 100}};
-  io::write_file_atomically((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n", "pipeline");
+  util::write_file_atomically((fs::path(dir) / "tokenizer_config.json").string(), config.dump(2) + "\n", "pipeline");
   nlohmann::ordered_json special = {{"eos_token", "</s>"}, {"pad_token", "<pad>"}, {"unk_token", "<unk>"}};
-  io::write_file_atomically((fs::path(dir) / "special_tokens_map.json").string(), special.dump(2) + "\n",
+  util::write_file_atomically((fs::path(dir) / "special_tokens_map.json").string(), special.dump(2) + "\n",
                              "pipeline");
 }
 
@@ -124,7 +124,7 @@ void write_demo_text_encoder_2(const std::string& dir, const DemoPipelineOptions
   // Sharded like the published text_encoder_2 (two files and an index).
   uint64_t total = 0;
   for (const auto& [name, tensor] : io::module_state(*t5)) total += tensor.numel() * tensor.element_size();
-  save_component(dir, *t5, config.to_json(), total / 2 + 1, "model");
+  models::save_component(dir, *t5, config.to_json(), total / 2 + 1, "model");
 }
 
 }  // namespace remat::encoders

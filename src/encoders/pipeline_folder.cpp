@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "string_helpers.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
 
 namespace remat::encoders {
 namespace {
@@ -49,19 +49,19 @@ using remat::detail::join;
 using remat::detail::lower;
 
 Json read_model_index(const std::string& path) {
-  const std::string text = io::read_regular_file(path, io::kMaxJsonFileBytes, "pipeline", "model_index.json");
-  io::check_json_text(text, io::kMaxJsonFileBytes, "[pipeline] '" + path + "'");
+  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "pipeline", "model_index.json");
+  util::check_json_text(text, util::kMaxJsonFileBytes, "[pipeline] '" + path + "'");
   Json j;
   try {
     j = Json::parse(text);
   } catch (const Json::parse_error& e) {
-    throw_value_error("[pipeline] '" + path + "' is not valid JSON: " + io::json_error_excerpt(e));
+    throw_value_error("[pipeline] '" + path + "' is not valid JSON: " + util::json_error_excerpt(e));
   }
-  if (!j.is_object()) throw_value_error("[pipeline] '" + path + "' must be a JSON object, got " + io::json_excerpt(j));
+  if (!j.is_object()) throw_value_error("[pipeline] '" + path + "' must be a JSON object, got " + util::json_excerpt(j));
   const auto cls = j.find("_class_name");
   if (cls == j.end() || !cls->is_string()) {
     throw_value_error("[pipeline] '" + path + "': _class_name must be the pipeline's class (a string, such as "
-                      "\"FluxPipeline\"), got " + (cls == j.end() ? std::string("none") : io::json_excerpt(*cls)));
+                      "\"FluxPipeline\"), got " + (cls == j.end() ? std::string("none") : util::json_excerpt(*cls)));
   }
   return j;
 }
@@ -73,7 +73,7 @@ Json read_model_index(const std::string& path, const PipelineLayout& layout) {
     throw_value_error("[pipeline] '" + path + "': _class_name must be " +
                       (layout.pipeline_classes.size() == 1 ? "\"" + layout.pipeline_classes.front() + "\""
                                                            : "one of " + join(layout.pipeline_classes)) +
-                      " (" + layout.reads + "), got " + io::json_excerpt(j["_class_name"]));
+                      " (" + layout.reads + "), got " + util::json_excerpt(j["_class_name"]));
   }
   return j;
 }
@@ -89,7 +89,7 @@ void check_component_directory(const ComponentKind& kind, const std::string& dir
     throw_value_error("[pipeline] " + what + ": component '" + kind.name + "' directory '" + dir + "' has no " +
                       kind.marker);
   }
-  if (kind.weights) find_component_weights(dir);  // throws naming the directory
+  if (kind.weights) models::find_component_weights(dir);  // throws naming the directory
 }
 
 // The directory an override names for `component`.
@@ -186,8 +186,8 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
     const bool pair = v.is_array() && v.size() == 2;
     if (pair && v[0].is_null() && v[1].is_null()) continue;
     if (!pair || !v[0].is_string() || !v[1].is_string()) {
-      throw_value_error("[pipeline] '" + index_path + "': component '" + io::text_excerpt(it.key()) +
-                        "' must be [library, class] (two strings) or [null, null], got " + io::json_excerpt(v));
+      throw_value_error("[pipeline] '" + index_path + "': component '" + util::text_excerpt(it.key()) +
+                        "' must be [library, class] (two strings) or [null, null], got " + util::json_excerpt(v));
     }
     named[it.key()] = {v[0].get<std::string>(), v[1].get<std::string>()};
   }

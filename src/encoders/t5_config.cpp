@@ -5,7 +5,7 @@
 #include "config_json.h"
 #include <c10/util/Exception.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 // The fields and defaults of transformers' models/t5/configuration_t5.py (T5Config).
 
@@ -19,7 +19,7 @@ void read_t5_number(const nlohmann::json& j, const char* key, double& out) {
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number()) {
     throw_value_error(std::string("[t5] config key '") + key + "' must be a number, got " +
-                      io::json_excerpt(*it));
+                      util::json_excerpt(*it));
   }
   out = it->get<double>();
 }
@@ -29,7 +29,7 @@ bool read_string(const nlohmann::json& j, const char* key, std::string& out) {
   if (it == j.end() || it->is_null()) return false;
   if (!it->is_string()) {
     throw_value_error(std::string("[t5] config key '") + key + "' must be a string, got " +
-                      io::json_excerpt(*it));
+                      util::json_excerpt(*it));
   }
   out = it->get<std::string>();
   return true;

@@ -14,7 +14,7 @@
 #include <torch/utils.h>
 
 #include "remat/encoders/activations.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 // Ported from transformers' models/t5/modeling_t5.py (T5LayerNorm, T5DenseActDense,
 // T5DenseGatedActDense, T5LayerFF, T5Attention, T5Block, T5Stack, T5EncoderModel); docs/T5.md.

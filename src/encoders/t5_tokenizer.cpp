@@ -2,8 +2,8 @@
 
 #include <c10/util/Exception.h>
 
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 #include "sentencepiece/sentencepiece_loader.h"
 
 // Behaviour of transformers' models/t5/tokenization_t5.py (T5Tokenizer, legacy=True) under
@@ -101,7 +101,7 @@ T5Tokenizer T5Tokenizer::from_bytes(const std::string& bytes, const std::string&
 }
 
 T5Tokenizer T5Tokenizer::from_file(const std::string& path) {
-  const std::string bytes = io::read_regular_file(path, kMaxModelBytes, kT5TokenizerComponent, "spiece.model");
+  const std::string bytes = util::read_regular_file(path, kMaxModelBytes, kT5TokenizerComponent, "spiece.model");
   return from_bytes(bytes, "'" + path + "'");
 }
 
@@ -227,7 +227,7 @@ void train_tiny_spiece_model(const std::string& output_path, const std::vector<s
       {"minloglevel", "2"},
   };
   const std::string model = detail::train_sentencepiece(flags, corpus.empty() ? builtin_corpus() : corpus);
-  io::write_file_atomically(output_path, model, kT5TokenizerComponent);
+  util::write_file_atomically(output_path, model, kT5TokenizerComponent);
 }
 
 }  // namespace remat::encoders

@@ -2,6 +2,7 @@
 // downsampling.py Downsample2D, upsampling.py Upsample2D, attention_processor.py Attention with
 // AttnProcessor2_0, unets/unet_2d_blocks.py UNetMidBlock2D).
 
+#include "string_helpers.h"
 #include "remat/encoders/vae_blocks.h"
 
 #include <algorithm>
@@ -12,7 +13,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/StringUtil.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::encoders {
 namespace {
@@ -30,8 +31,7 @@ bool is_reduced_float(at::ScalarType t) { return t == at::kBFloat16 || t == at::
 }  // namespace
 
 VaeActivation parse_vae_activation(const std::string& act_fn) {
-  std::string s = act_fn;
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const std::string s = remat::detail::lower(act_fn);
   if (s == "silu" || s == "swish") return VaeActivation::kSilu;
   if (s == "mish") return VaeActivation::kMish;
   if (s == "gelu") return VaeActivation::kGelu;

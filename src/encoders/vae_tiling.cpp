@@ -9,7 +9,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::encoders {
 

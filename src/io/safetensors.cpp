@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
 #include "mapped_file.h"
 #include "safetensors_impl.h"
 
@@ -127,34 +127,34 @@ uint64_t read_u64_le(const uint8_t* p) {
 // Parses one tensor entry of the header, checking everything the reader later relies on.
 TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
                        uint64_t data_size) {
-  const auto where = "[safetensors] '" + path + "': tensor '" + text_excerpt(name) + "'";
+  const auto where = "[safetensors] '" + path + "': tensor '" + util::text_excerpt(name) + "'";
   TORCH_CHECK(entry.is_object(), where, " must be an object with dtype, shape and data_offsets, got ",
-              json_excerpt(entry));
+              util::json_excerpt(entry));
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
     TORCH_CHECK(entry.contains(field), where, " is missing the field \"", field, "\" (entry: ",
-                json_excerpt(entry), ")");
+                util::json_excerpt(entry), ")");
   }
   TensorInfo info{};
   const auto& dtype = entry.at("dtype");
-  TORCH_CHECK(dtype.is_string(), where, ": dtype must be a string, got ", json_excerpt(dtype));
+  TORCH_CHECK(dtype.is_string(), where, ": dtype must be a string, got ", util::json_excerpt(dtype));
   auto type = detail::find_dtype(dtype.get<std::string>());
-  TORCH_CHECK(type.has_value(), where, " has unknown or unsupported dtype ", json_excerpt(dtype),
+  TORCH_CHECK(type.has_value(), where, " has unknown or unsupported dtype ", util::json_excerpt(dtype),
               "; supported dtypes: ", detail::supported_dtype_list());
   info.dtype = *type;
 
   const auto& shape = entry.at("shape");
-  TORCH_CHECK(shape.is_array(), where, ": shape must be an array of integers, got ", json_excerpt(shape));
+  TORCH_CHECK(shape.is_array(), where, ": shape must be an array of integers, got ", util::json_excerpt(shape));
   uint64_t numel = 1;
   bool overflow = false;
   for (const auto& dim : shape) {
     TORCH_CHECK(dim.is_number_integer(), where, ": shape must be an array of integers, got ",
-                json_excerpt(shape));
+                util::json_excerpt(shape));
     // nlohmann stores non-negative integers as unsigned, negative ones as signed.
     TORCH_CHECK(dim.is_number_unsigned(), where, ": shape dimensions must be >= 0, got ",
-                json_excerpt(dim), " in shape ", json_excerpt(shape));
+                util::json_excerpt(dim), " in shape ", util::json_excerpt(shape));
     const auto d = dim.get<uint64_t>();
     TORCH_CHECK(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where,
-                ": shape dimension ", json_excerpt(dim), " is too large");
+                ": shape dimension ", util::json_excerpt(dim), " is too large");
     info.shape.push_back(static_cast<int64_t>(d));
     overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
   }
@@ -162,18 +162,18 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   const auto& offsets = entry.at("data_offsets");
   TORCH_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
                   offsets[1].is_number_unsigned(),
-              where, ": data_offsets must be [begin, end] with integers >= 0, got ", json_excerpt(offsets));
+              where, ": data_offsets must be [begin, end] with integers >= 0, got ", util::json_excerpt(offsets));
   info.begin = offsets[0].get<uint64_t>();
   info.end = offsets[1].get<uint64_t>();
-  TORCH_CHECK(info.begin <= info.end, where, ": data_offsets ", json_excerpt(offsets), " have begin ",
+  TORCH_CHECK(info.begin <= info.end, where, ": data_offsets ", util::json_excerpt(offsets), " have begin ",
               info.begin, " > end ", info.end);
-  TORCH_CHECK(info.end <= data_size, where, ": data_offsets ", json_excerpt(offsets),
+  TORCH_CHECK(info.end <= data_size, where, ": data_offsets ", util::json_excerpt(offsets),
               " run past the end of the data buffer (", data_size, " bytes)");
   uint64_t expected = 0;
   overflow = overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(info.dtype)),
                                                 &expected);
   TORCH_CHECK(!overflow && expected == info.end - info.begin, where, ": data_offsets ",
-              json_excerpt(offsets), " span ", info.end - info.begin, " bytes, but shape ", json_excerpt(shape),
+              util::json_excerpt(offsets), " span ", info.end - info.begin, " bytes, but shape ", util::json_excerpt(shape),
               " of ", dtype.get<std::string>(), " needs ",
               overflow ? std::string("more than 2^64") : std::to_string(expected), " bytes");
   return info;
@@ -198,9 +198,9 @@ void check_data_layout(const std::string& path, const std::vector<std::string>& 
   const std::string* previous = nullptr;
   for (size_t i : order) {
     const TensorInfo& info = infos[i];
-    TORCH_CHECK(info.begin == covered, "[safetensors] '", path, "': tensor '", text_excerpt(names[i]),
+    TORCH_CHECK(info.begin == covered, "[safetensors] '", path, "': tensor '", util::text_excerpt(names[i]),
                 "' has data_offsets [", info.begin, ",", info.end, "], but the data section is covered up to byte ",
-                covered, previous ? " (by tensor '" + text_excerpt(*previous) + "')" : std::string(),
+                covered, previous ? " (by tensor '" + util::text_excerpt(*previous) + "')" : std::string(),
                 info.begin < covered ? ": the ranges overlap" : ": there is a gap of unused bytes",
                 "; tensors must tile the data section exactly");
     covered = info.end;
@@ -230,13 +230,13 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
   const std::string_view text(reinterpret_cast<const char*>(base + 8), header_len);
   // Note [Bounded JSON]: size and depth are checked before the parser sees the text.
-  check_json_text(text, kMaxSafetensorsHeaderBytes, "[safetensors] '" + path + "': header");
+  util::check_json_text(text, util::kMaxSafetensorsHeaderBytes, "[safetensors] '" + path + "': header");
   Json header;
   try {
     header = Json::parse(text.begin(), text.end());
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "[safetensors] '", path, "': header (", header_len,
-                " bytes) is not valid JSON: ", json_error_excerpt(e));
+                " bytes) is not valid JSON: ", util::json_error_excerpt(e));
   }
   TORCH_CHECK(header.is_object(), "[safetensors] '", path,
               "': header must be a JSON object of tensor entries, got a JSON ", header.type_name());
@@ -246,10 +246,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const Json& value = item.value();
     if (key == "__metadata__") {
       TORCH_CHECK(value.is_object(), "[safetensors] '", path,
-                  "': __metadata__ must be an object of string values, got ", json_excerpt(value));
+                  "': __metadata__ must be an object of string values, got ", util::json_excerpt(value));
       for (const auto& meta : value.items()) {
         TORCH_CHECK(meta.value().is_string(), "[safetensors] '", path, "': __metadata__ value of '",
-                    text_excerpt(meta.key()), "' must be a string, got ", json_excerpt(meta.value()));
+                    util::text_excerpt(meta.key()), "' must be a string, got ", util::json_excerpt(meta.value()));
         file.metadata_[meta.key()] = meta.value().get<std::string>();
       }
       continue;

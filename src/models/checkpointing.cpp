@@ -1,5 +1,5 @@
 #include "remat/models/checkpointing.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #include <algorithm>
 #include <stdexcept>

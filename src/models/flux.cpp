@@ -1,7 +1,7 @@
 #include "transformer_constants.h"
 #include "remat/models/flux.h"
 #include "remat/models/config_limits.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #include <numeric>
 #include <stdexcept>

@@ -7,7 +7,7 @@
 #include <torch/torch.h>
 
 #include "string_helpers.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/layers.h"
 #include "remat/models/quantized_loading.h"

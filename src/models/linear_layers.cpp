@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "transformer_constants.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
 #include "remat/models/mageflow.h"

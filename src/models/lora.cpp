@@ -1,6 +1,6 @@
 #include "remat/models/lora.h"
 #include "string_helpers.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #include <stdexcept>
 

@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "string_helpers.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/layers.h"

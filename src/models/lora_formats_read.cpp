@@ -11,8 +11,8 @@
 #include <torch/torch.h>
 
 #include "string_helpers.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/lora.h"
@@ -437,7 +437,7 @@ class Reader {
     std::optional<nlohmann::json> adapter;
     if (adapter_it != meta.end()) {
       if (!network_alphas.empty()) fail("has both lora_adapter_metadata and .alpha tensors (diffusers refuses both)");
-      io::check_json_text(adapter_it->second, 1 << 20, file_.path() + " lora_adapter_metadata");
+      util::check_json_text(adapter_it->second, 1 << 20, file_.path() + " lora_adapter_metadata");
       try {
         adapter = nlohmann::json::parse(adapter_it->second);
       } catch (const nlohmann::json::exception& e) {

@@ -12,7 +12,7 @@
 #include <torch/version.h>
 
 #include "remat/compat.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::models {
 namespace {

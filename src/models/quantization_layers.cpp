@@ -7,7 +7,7 @@
 #include <torch/nn/init.h>
 #include <torch/torch.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/models/layers.h"
 #include "remat/models/quantization.h"
 

@@ -4,7 +4,7 @@
 
 #include <torch/autograd.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/models/quantization.h"
 
 namespace remat::models {

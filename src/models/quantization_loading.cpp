@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/models/layers.h"
 
 namespace remat::models {

@@ -8,7 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::sample {
 namespace {

@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "remat/duration.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::sample {
 namespace {

@@ -10,8 +10,8 @@
 
 #include <c10/util/StringUtil.h>
 
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 #include "remat/models/lora.h"
 #include "remat/sample/pipeline.h"
 
@@ -53,7 +53,7 @@ std::vector<models::LoraFile> read_loras_for(const std::vector<LoraSpec>& loras,
   for (const auto& layer : linear_layers) layers[layer.name] = layer;
   std::vector<models::LoraFile> files;
   for (const auto& spec : loras) {
-    io::require_regular_file(spec.path, "sample", "a LoRA file");
+    util::require_regular_file(spec.path, "sample", "a LoRA file");
     models::LoraFile file = models::read_lora_file(spec.path);
     // The same test merge_lora makes on the built model, from the config alone, so a LoRA for
     // another model fails before the text encoders and the transformer are loaded.

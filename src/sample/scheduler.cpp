@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config_json.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
 
 namespace remat::sample {
 namespace {
@@ -36,7 +36,7 @@ void read_number(const Json& j, const char* key, double& out, const std::string&
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return;
   if (!it->is_number()) {
-    fail(origin, std::string("config key '") + key + "' must be a number, got " + io::json_excerpt(*it));
+    fail(origin, std::string("config key '") + key + "' must be a number, got " + util::json_excerpt(*it));
   }
   out = it->get<double>();
 }
@@ -49,7 +49,7 @@ void reject_unsupported(const Json& j, const std::string& origin) {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) continue;
     if (!it->is_boolean()) {
-      fail(origin, std::string("config key '") + key + "' must be a boolean, got " + io::json_excerpt(*it));
+      fail(origin, std::string("config key '") + key + "' must be a boolean, got " + util::json_excerpt(*it));
     }
     if (it->get<bool>()) {
       fail(origin, std::string("config key '") + key +
@@ -60,10 +60,10 @@ void reject_unsupported(const Json& j, const std::string& origin) {
   auto it = j.find("shift_terminal");
   if (it != j.end() && !it->is_null()) {
     if (!it->is_number()) {
-      fail(origin, "config key 'shift_terminal' must be a number or null, got " + io::json_excerpt(*it));
+      fail(origin, "config key 'shift_terminal' must be a number or null, got " + util::json_excerpt(*it));
     }
     if (it->get<double>() != 0.0) {
-      fail(origin, "config key 'shift_terminal' is " + io::json_excerpt(*it) +
+      fail(origin, "config key 'shift_terminal' is " + util::json_excerpt(*it) +
                        "; remat implements Flux's schedule only, where it is null");
     }
   }
@@ -82,7 +82,7 @@ FlowMatchSchedulerConfig parse(const std::string& text, const std::string& origi
   auto it = j.find("time_shift_type");
   if (it != j.end() && !it->is_null()) {
     if (!it->is_string()) {
-      fail(origin, "config key 'time_shift_type' must be a string, got " + io::json_excerpt(*it));
+      fail(origin, "config key 'time_shift_type' must be a string, got " + util::json_excerpt(*it));
     }
     c.time_shift_type = it->get<std::string>();
   }
@@ -136,7 +136,7 @@ void FlowMatchSchedulerConfig::validate() const {
         "from), got " + std::to_string(base_image_seq_len) + " and " + std::to_string(max_image_seq_len));
   }
   if (time_shift_type != "exponential" && time_shift_type != "linear") {
-    bad("time_shift_type must be \"exponential\" or \"linear\", got \"" + io::text_excerpt(time_shift_type) + "\"");
+    bad("time_shift_type must be \"exponential\" or \"linear\", got \"" + util::text_excerpt(time_shift_type) + "\"");
   }
 }
 

@@ -28,7 +28,7 @@ struct ApiContext {
 void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
 /// Writes {"error": message} with `status`.
 void send_error(httplib::Response& res, int status, const std::string& message);
-/// The request body as a JSON object (bounded: remat/io/bounded_json.h). Throws c10::ValueError
+/// The request body as a JSON object (bounded: remat/util/bounded_json.h). Throws c10::ValueError
 /// naming what is wrong (the server answers 400 with it).
 nlohmann::json parse_json_body(const httplib::Request& req);
 

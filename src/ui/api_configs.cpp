@@ -4,9 +4,9 @@
 #include <filesystem>
 
 #include "api.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
 #include "workspace.h"
 
 namespace remat::ui::detail {
@@ -14,12 +14,12 @@ namespace {
 namespace fs = std::filesystem;
 
 nlohmann::json read_json_file(const std::string& path) {
-  const std::string text = io::read_regular_file(path, io::kMaxJsonFileBytes, "ui", "config");
-  io::check_json_text(text, io::kMaxJsonFileBytes, "[ui] '" + path + "'");
+  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "ui", "config");
+  util::check_json_text(text, util::kMaxJsonFileBytes, "[ui] '" + path + "'");
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw_value_error("[ui] '" + path + "' must be valid JSON: " + io::json_error_excerpt(e));
+    throw_value_error("[ui] '" + path + "' must be valid JSON: " + util::json_error_excerpt(e));
   }
 }
 
@@ -83,13 +83,13 @@ void add_config_routes(httplib::Server& server, ApiContext& context) {
     fs::create_directory(dir, ec);
     const std::string real_dir = confined_existing_path(context.workspace, "configs/" + name);
     if (has_datasets) {
-      io::write_file_atomically(real_dir + "/multidatabackend.json", body["multidatabackend"].dump(2) + "\n", "ui");
+      util::write_file_atomically(real_dir + "/multidatabackend.json", body["multidatabackend"].dump(2) + "\n", "ui");
       // Relative to the workspace, where runs start (SimpleTuner: config/<name>/multidatabackend.json).
       if (!config.contains("data_backend_config") && !config.contains("--data_backend_config")) {
         config["data_backend_config"] = "configs/" + name + "/multidatabackend.json";
       }
     }
-    io::write_file_atomically(real_dir + "/config.json", config.dump(2) + "\n", "ui");
+    util::write_file_atomically(real_dir + "/config.json", config.dump(2) + "\n", "ui");
     send_json(res, {{"name", name}, {"path", real_dir + "/config.json"}});
   });
 }

@@ -1,8 +1,8 @@
 #include <c10/util/Exception.h>
 
 #include "api.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
 
 namespace remat::ui::detail {
 
@@ -17,12 +17,12 @@ void send_error(httplib::Response& res, int status, const std::string& message) 
 }
 
 nlohmann::json parse_json_body(const httplib::Request& req) {
-  io::check_json_text(req.body, io::kMaxJsonFileBytes, "[ui] request body");
+  util::check_json_text(req.body, util::kMaxJsonFileBytes, "[ui] request body");
   nlohmann::json body;
   try {
     body = nlohmann::json::parse(req.body);
   } catch (const nlohmann::json::exception& e) {
-    throw_value_error("[ui] the request body must be JSON, got: " + io::json_error_excerpt(e));
+    throw_value_error("[ui] the request body must be JSON, got: " + util::json_error_excerpt(e));
   }
   if (!body.is_object()) {
     throw_value_error("[ui] the request body must be a JSON object, got a " + std::string(body.type_name()));

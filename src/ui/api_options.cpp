@@ -2,7 +2,7 @@
 // "languages": the checkpointing options' help in the docs' six languages.
 #include "api.h"
 #include "help_translations.h"
-#include "remat/train/options.h"
+#include "remat/train/options/options.h"
 
 namespace remat::ui::detail {
 

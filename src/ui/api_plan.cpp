@@ -4,8 +4,8 @@
 #include "api.h"
 #include "config_values.h"
 #include "plan_figures.h"
-#include "remat/error.h"
-#include "remat/train/config.h"
+#include "remat/util/error.h"
+#include "remat/train/options/config.h"
 
 namespace remat::ui::detail {
 

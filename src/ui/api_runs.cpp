@@ -8,10 +8,10 @@
 #include "api.h"
 #include "config_values.h"
 #include "embedded_files.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
-#include "remat/train/config.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
+#include "remat/train/options/config.h"
 #include "runs.h"
 #include "workspace.h"
 
@@ -29,7 +29,7 @@ int64_t from_param(const httplib::Request& req) {
   char* end = nullptr;
   const long long value = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || value < 0) {
-    throw_value_error("[ui] from must be a line number >= 0, got '" + io::text_excerpt(text) + "'");
+    throw_value_error("[ui] from must be a line number >= 0, got '" + util::text_excerpt(text) + "'");
   }
   return value;
 }
@@ -41,7 +41,7 @@ std::pair<std::vector<std::string>, int64_t> read_lines(const std::string& path,
   std::vector<std::string> lines;
   std::string text;
   try {
-    text = io::read_regular_file(path, kMaxServedFileBytes, "ui", "file");
+    text = util::read_regular_file(path, kMaxServedFileBytes, "ui", "file");
   } catch (const c10::ValueError&) {
     return {lines, from};  // not written yet
   }
@@ -124,7 +124,7 @@ void add_run_routes(httplib::Server& server, ApiContext& context) {
       return;
     }
     const std::string path = confined_existing_path(root, req.matches[2]);
-    res.set_content(io::read_regular_file(path, kMaxServedFileBytes, "ui", "file"), content_type_of(path).c_str());
+    res.set_content(util::read_regular_file(path, kMaxServedFileBytes, "ui", "file"), content_type_of(path).c_str());
   });
 }
 

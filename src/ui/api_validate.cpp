@@ -3,7 +3,7 @@
 // choices, relations, dependencies and the checkpointing safety check), not a copy of it.
 #include "api.h"
 #include "config_values.h"
-#include "remat/train/config.h"
+#include "remat/train/options/config.h"
 
 namespace remat::ui::detail {
 

@@ -4,8 +4,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,50 +14,12 @@
 #include <cstring>
 #include <thread>
 
-#include "remat/error.h"
+#include "remat/util/child_process.h"
+#include "remat/util/error.h"
 
 namespace remat::ui::detail {
 
-[[noreturn]] void exec_in_child(const char* directory, ChildStdio stdio, bool die_with_parent, char* const argv[]) {
-  sigset_t none;
-  sigemptyset(&none);
-  sigprocmask(SIG_SETMASK, &none, nullptr);  // `remat ui` blocks SIGINT/SIGTERM in its threads
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigaction(SIGINT, &dfl, nullptr);
-  sigaction(SIGTERM, &dfl, nullptr);
-  sigaction(SIGPIPE, &dfl, nullptr);
-  // Its own process group: a Ctrl-C at the terminal of `remat ui` must not reach a run too, or
-  // the SIGINT the server then forwards would be the trainer's second one, which aborts the
-  // checkpoint instead of waiting for it; and a stopped profile is killed as a whole group.
-  setpgid(0, 0);
-  // PR_SET_PDEATHSIG (prctl(2)) survives execve; it fires when the forking thread ends, and the
-  // server's worker threads live as long as the server.
-  if (die_with_parent) prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (directory != nullptr && chdir(directory) != 0) _exit(126);
-  dup2(stdio.in, 0);
-  dup2(stdio.out, 1);
-  dup2(stdio.err, 2);
-  // No descriptor of the server (its listening socket above all) may outlive it in the child.
-#ifdef SYS_close_range
-  if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)
-#endif
-  {
-    for (int fd = 3; fd < 65536; ++fd) close(fd);
-  }
-  execv(argv[0], argv);
-  static const char kFailed[] = "remat ui: cannot execute the remat binary\n";
-  (void)!write(2, kFailed, sizeof(kFailed) - 1);
-  _exit(127);
-}
-
 namespace {
-
-// The child leads its own group (exec_in_child); before it has run setpgid the group does not
-// exist yet, and the child alone is killed.
-void kill_child_group(pid_t pid) {
-  if (::kill(-pid, SIGKILL) != 0) ::kill(pid, SIGKILL);
-}
 
 bool write_all(int fd, const std::string& text) {
   size_t done = 0;
@@ -101,22 +61,27 @@ BoundedChildResult run_bounded_child(const std::vector<std::string>& args, const
   const bool ready = in_fd >= 0 && null_fd >= 0 && write_all(in_fd, input) && ::lseek(in_fd, 0, SEEK_SET) == 0 &&
                      ::pipe2(out_pipe, O_CLOEXEC) == 0;
   const int setup_errno = errno;
-  std::vector<std::string> owned = args;
-  std::vector<char*> argv;
-  for (auto& a : owned) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ready ? ::fork() : -1;
-  if (pid == 0) exec_in_child(nullptr, ChildStdio{in_fd, out_pipe[1], null_fd}, /*die_with_parent=*/true, argv.data());
-  const int fork_errno = errno;
-  for (int fd : {in_fd, null_fd, out_pipe[1]}) {
-    if (fd >= 0) ::close(fd);
-  }
-  if (pid < 0) {
-    if (out_pipe[0] >= 0) ::close(out_pipe[0]);
+  if (!ready) {
+    for (int fd : {in_fd, null_fd, out_pipe[0], out_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     throw_value_error(std::string("[ui] cannot start a child process of the remat binary: ") +
-                      std::strerror(ready ? fork_errno : setup_errno));
+                      std::strerror(setup_errno));
   }
-  ::setpgid(pid, pid);  // as the child does: whichever runs first, the group exists for the kill
+  util::ChildSpec spec;
+  spec.argv = args;
+  spec.stdin_fd = in_fd;
+  spec.stdout_fd = out_pipe[1];
+  spec.stderr_fd = null_fd;
+  spec.parent_death_signal = SIGKILL;  // a profile must not outlive the server that bounds it
+  pid_t pid = -1;
+  try {
+    pid = util::start_child(spec, "ui");
+  } catch (...) {
+    for (int fd : {in_fd, null_fd, out_pipe[0], out_pipe[1]}) ::close(fd);
+    throw;
+  }
+  for (int fd : {in_fd, null_fd, out_pipe[1]}) ::close(fd);
 
   BoundedChildResult result;
   bool killed = false;
@@ -134,7 +99,7 @@ BoundedChildResult run_bounded_child(const std::vector<std::string>& args, const
     } else {
       return false;
     }
-    kill_child_group(pid);
+    util::signal_child_group(pid, SIGKILL);
     killed = true;
     return true;
   };

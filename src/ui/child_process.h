@@ -1,7 +1,7 @@
 #pragma once
-// The remat binary run as a child process of the server: training runs (runs.cpp) and the
-// planner's step profiles (plan_figures.cpp). The server is multithreaded, so what happens
-// between fork and exec is written once, here, from async-signal-safe calls only.
+// The remat binary run as a bounded child process of the server: the planner's step profiles
+// (plan_figures.cpp), within a memory, time and output limit. The child is started by
+// remat/util/child_process.h, as the server's training runs are (runs.cpp).
 
 #include <atomic>
 #include <cstddef>
@@ -10,25 +10,6 @@
 #include <vector>
 
 namespace remat::ui::detail {
-
-/// The child's stdin, stdout and stderr (descriptors of the parent, duplicated onto 0, 1, 2).
-struct ChildStdio {
-  int in = -1;
-  int out = -1;
-  int err = -1;
-};
-
-/// In the child of a fork() of the server: unblocks every signal and restores SIGINT, SIGTERM
-/// and SIGPIPE to their defaults (`remat ui` handles them in the parent), makes the child the
-/// leader of its own process group (a Ctrl-C at the server's terminal reaches the server only;
-/// the server forwards what each child needs), asks for SIGKILL when the forking thread ends if
-/// `die_with_parent` (a profile must not outlive the server that bounds it; a training run
-/// may), enters `directory` (nullptr: stays), duplicates `stdio` onto 0, 1, 2, closes every
-/// other descriptor (the listening socket above all) and executes `argv` (argv[0] the binary).
-/// Only async-signal-safe calls: another thread may have held a lock (malloc's, a stream's) at
-/// the moment of the fork. Never returns: exit code 126 when `directory` cannot be entered, 127
-/// when the binary cannot be executed.
-[[noreturn]] void exec_in_child(const char* directory, ChildStdio stdio, bool die_with_parent, char* const argv[]);
 
 /// What a bounded child may use.
 struct ChildLimits {

@@ -1,6 +1,6 @@
 #include "config_values.h"
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::ui::detail {
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "remat/train/config_text.h"
+#include "remat/train/options/config_text.h"
 
 namespace remat::ui::detail {
 

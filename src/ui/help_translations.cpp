@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "embedded_files.h"
-#include "remat/train/options.h"
+#include "remat/train/options/options.h"
 
 namespace remat::ui::detail {
 namespace {

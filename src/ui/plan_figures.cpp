@@ -9,8 +9,8 @@
 #include "remat/layout.h"
 #include "remat/memory.h"
 #include "remat/plan.h"
-#include "remat/train/admission.h"
-#include "remat/train/safety_check.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/options/safety_check.h"
 #include "remat/ui/server.h"
 #include "step_model_json.h"
 

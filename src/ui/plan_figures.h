@@ -1,6 +1,6 @@
 #pragma once
 // POST /api/plan's figures: the planner's predictions for a config's checkpoint layout, from a
-// step model measured once per model shape on this machine's CPU (remat/train/auto_layout.h).
+// step model measured once per model shape on this machine's CPU (remat/train/memory/auto_layout.h).
 // The measuring runs in a child process of the remat binary (`remat ui --profile-step`,
 // remat/ui/step_profile.h) under a memory limit and a timeout, so that a profile too large for
 // the machine can neither take the server's memory nor keep other requests waiting.
@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "plan_shape.h"
-#include "remat/train/auto_layout.h"
-#include "remat/train/config.h"
+#include "remat/train/memory/auto_layout.h"
+#include "remat/train/options/config.h"
 
 namespace remat::ui::detail {
 

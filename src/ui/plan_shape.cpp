@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "remat/train/family.h"
-#include "remat/train/model_source.h"
+#include "remat/train/family/family.h"
+#include "remat/train/family/model_source.h"
 
 namespace remat::ui::detail {
 namespace {

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
-#include "remat/train/admission.h"
-#include "remat/train/config.h"
-#include "remat/train/transformer.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/options/config.h"
+#include "remat/train/family/transformer.h"
 
 namespace remat::ui::detail {
 

@@ -4,8 +4,8 @@
 
 #include "remat/compat.h"
 #include "remat/memory.h"
-#include "remat/train/admission.h"
-#include "remat/train/family.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/family/family.h"
 #include "remat/ui/server.h"
 
 namespace remat::ui::detail {

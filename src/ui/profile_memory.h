@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "plan_shape.h"
-#include "remat/train/family.h"
+#include "remat/train/family/family.h"
 
 namespace remat::ui::detail {
 

@@ -13,11 +13,11 @@
 #include <sstream>
 
 #include "api.h"
-#include "child_process.h"
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
-#include "remat/io/files.h"
-#include "remat/train/config.h"
+#include "remat/util/child_process.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
+#include "remat/util/files.h"
+#include "remat/train/options/config.h"
 #include "workspace.h"
 
 namespace remat::ui::detail {
@@ -54,9 +54,9 @@ RunManager::RunManager(std::string workspace, std::string executable)
     try {
       const std::string id = it->path().filename().string();
       check_config_name(id);  // ids are made of the same characters as config names
-      const std::string text = io::read_regular_file((it->path() / "run.json").string(), io::kMaxJsonFileBytes,
+      const std::string text = util::read_regular_file((it->path() / "run.json").string(), util::kMaxJsonFileBytes,
                                                      "ui", "run record");
-      io::check_json_text(text, io::kMaxJsonFileBytes, "[ui] run record");
+      util::check_json_text(text, util::kMaxJsonFileBytes, "[ui] run record");
       const nlohmann::json record = nlohmann::json::parse(text);
       Run run;
       run.id = id;
@@ -119,17 +119,23 @@ std::string RunManager::start(const std::string& config_name) {
     if (null_fd >= 0) ::close(null_fd);
     throw_value_error("[ui] cannot create the run's log file '" + run.log_path + "'");
   }
-  // argv, never a shell: the config's path is one argument whatever characters it holds.
-  std::vector<std::string> args = {executable_, "train", "--config", config_path};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) exec_in_child(workspace_.c_str(), ChildStdio{null_fd, log_fd, log_fd}, /*die_with_parent=*/false, argv.data());
-  const int fork_errno = errno;
+  util::ChildSpec spec;
+  spec.argv = {executable_, "train", "--config", config_path};
+  spec.directory = workspace_;
+  spec.stdin_fd = null_fd;
+  spec.stdout_fd = log_fd;
+  spec.stderr_fd = log_fd;
+  // No parent-death signal: a training run may outlive the server that started it.
+  pid_t pid = -1;
+  try {
+    pid = util::start_child(spec, "ui");
+  } catch (...) {
+    ::close(log_fd);
+    ::close(null_fd);
+    throw;
+  }
   ::close(log_fd);
   ::close(null_fd);
-  if (pid < 0) throw_value_error(std::string("[ui] cannot start the run: fork failed: ") + std::strerror(fork_errno));
   run.pid = pid;
   runs_[run.id] = run;
   write_record(run);
@@ -154,7 +160,7 @@ void RunManager::reap(std::string id, pid_t pid) {
 bool RunManager::stop(const std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = runs_.find(id);
-  if (it == runs_.end()) throw NotFound("[ui] no run with id '" + io::text_excerpt(id) + "'");
+  if (it == runs_.end()) throw NotFound("[ui] no run with id '" + util::text_excerpt(id) + "'");
   Run& run = it->second;
   if (!run.running) return false;
   // Only the first request signals: a second SIGINT would abort the trainer's checkpoint.
@@ -166,7 +172,7 @@ bool RunManager::stop(const std::string& id) {
 Run RunManager::get(const std::string& id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = runs_.find(id);
-  if (it == runs_.end()) throw NotFound("[ui] no run with id '" + io::text_excerpt(id) + "'");
+  if (it == runs_.end()) throw NotFound("[ui] no run with id '" + util::text_excerpt(id) + "'");
   return it->second;
 }
 
@@ -203,7 +209,7 @@ void RunManager::write_record(const Run& run) const {
   if (run.exit_code) record["exit_code"] = *run.exit_code;
   if (run.max_steps) record["max_steps"] = *run.max_steps;
   try {
-    io::write_file_atomically((fs::path(workspace_) / "runs" / run.id / "run.json").string(), record.dump(2) + "\n",
+    util::write_file_atomically((fs::path(workspace_) / "runs" / run.id / "run.json").string(), record.dump(2) + "\n",
                               "ui");
   } catch (const std::exception&) {
     // The record is for people; the run goes on without it.
@@ -228,7 +234,7 @@ nlohmann::json run_status_json(const Run& run) {
   int64_t peak = -1;
   try {
     const std::string text =
-        io::read_regular_file(run.output_dir + "/metrics.jsonl", io::kMaxJsonFileBytes, "ui", "metrics");
+        util::read_regular_file(run.output_dir + "/metrics.jsonl", util::kMaxJsonFileBytes, "ui", "metrics");
     std::istringstream in(text);
     std::string line;
     while (std::getline(in, line)) {

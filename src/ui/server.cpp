@@ -16,7 +16,7 @@
 #include "embedded_files.h"
 #include "plan_figures.h"
 #include "runs.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "security.h"
 
 namespace remat::ui {

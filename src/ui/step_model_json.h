@@ -1,11 +1,11 @@
 #pragma once
-// A step model (remat/train/auto_layout.h) as JSON: how a profile measured in a child process
+// A step model (remat/train/memory/auto_layout.h) as JSON: how a profile measured in a child process
 // comes back to the server. Every field travels; doubles are written with enough digits to be
 // read back exactly, so the figures are those of a profile made in the server itself.
 
 #include <nlohmann/json.hpp>
 
-#include "remat/train/auto_layout.h"
+#include "remat/train/memory/auto_layout.h"
 
 namespace remat::ui::detail {
 

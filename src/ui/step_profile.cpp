@@ -13,11 +13,11 @@
 
 #include "config_values.h"
 #include "plan_shape.h"
-#include "remat/io/bounded_json.h"
-#include "remat/train/auto_layout.h"
-#include "remat/train/optimizer.h"
-#include "remat/train/step.h"
-#include "remat/train/transformer.h"
+#include "remat/util/bounded_json.h"
+#include "remat/train/memory/auto_layout.h"
+#include "remat/train/optimizers/optimizer.h"
+#include "remat/train/run/step.h"
+#include "remat/train/family/transformer.h"
 #include "step_model_json.h"
 
 namespace remat::ui {
@@ -66,7 +66,7 @@ void answer_error(std::ostream& out, const std::string& message, bool out_of_mem
 int run_step_profile_child(std::istream& in, std::ostream& out) {
   try {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    io::check_json_text(text, io::kMaxJsonFileBytes, "[ui] step profile request");
+    util::check_json_text(text, util::kMaxJsonFileBytes, "[ui] step profile request");
     const nlohmann::json request = nlohmann::json::parse(text);
     const train::ValidationReport report = train::validate_option_values(detail::config_values(request));
     if (!report.ok()) {

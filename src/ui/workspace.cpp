@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "remat/error.h"
-#include "remat/io/bounded_json.h"
+#include "remat/util/error.h"
+#include "remat/util/bounded_json.h"
 
 // Note [Confinement]
 // Every file a request names is relative to a directory of the workspace (a config's folder, a
@@ -29,7 +29,7 @@ void check_config_name(const std::string& name) {
   }
   if (!ok) {
     throw_value_error("[ui] a config name must be 1 to 100 of A-Z a-z 0-9 _ . - (not starting with '.', no "
-                      "'..'), got '" + io::text_excerpt(name) + "'");
+                      "'..'), got '" + util::text_excerpt(name) + "'");
   }
 }
 
@@ -46,7 +46,7 @@ bool is_within(const std::string& root, const std::string& path) {
 
 std::string confined_existing_path(const std::string& root, const std::string& relative) {
   const auto refuse = [&relative](const std::string& why) {
-    throw_value_error("[ui] file paths must stay inside the workspace: '" + io::text_excerpt(relative) + "' " + why);
+    throw_value_error("[ui] file paths must stay inside the workspace: '" + util::text_excerpt(relative) + "' " + why);
   };
   if (relative.empty()) refuse("is empty");
   if (relative.front() == '/') refuse("is absolute");
@@ -63,7 +63,7 @@ std::string confined_existing_path(const std::string& root, const std::string& r
   }
   std::error_code ec;
   const fs::path resolved = fs::canonical(fs::path(root) / relative, ec);
-  if (ec) throw NotFound("[ui] no such file: '" + io::text_excerpt(relative) + "'");
+  if (ec) throw NotFound("[ui] no such file: '" + util::text_excerpt(relative) + "'");
   if (!is_within(root, resolved.string())) refuse("leads outside it through a symlink");
   return resolved.string();
 }

@@ -11,10 +11,11 @@
 #include <fstream>
 #include <memory>
 
+#include "remat/image/png_file.h"
 #include "remat/data/caches.h"
 #include "remat/encoders/demo_pipeline.h"
 #include "remat/encoders/flux_encoders.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "temp_dir.h"
@@ -43,7 +44,7 @@ class CacheBuild : public ::testing::Test {
     const fs::path path = fs::path(images_.str()) / relative;
     fs::create_directories(path.parent_path());
     auto picture = (at::arange(48 * 32 * 3, at::kInt).view({32, 48, 3}) * (shade + 1) % 251).to(at::kByte);
-    encoders::write_png(path.string(), picture);
+    image::write_png(path.string(), picture);
     ImageRecord record;
     record.path = path.string();
     record.relative_path = relative;
@@ -134,8 +135,8 @@ TEST_F(CacheBuild, SecondRunEncodesNothing) {
     all.max_sequence_length = 16;
     const auto folder = encoders::PipelineFolder::open(pipeline_->str(), encoders::flux_encoder_components(all));
     auto flux = encoders::FluxEncoders::load(folder, all);
-    const auto picture = encoders::crop_picture(encoders::resize_picture(encoders::read_image(images[0].path), 24, 16), 4, 0, 16, 16);
-    flux.encode_image(encoders::picture_to_vae_input(picture), c10::nullopt);
+    const auto picture = image::crop_picture(image::resize_picture(image::read_image(images[0].path), 24, 16), 4, 0, 16, 16);
+    flux.encode_image(image::picture_to_vae_input(picture), c10::nullopt);
     flux.encode_prompt("a red square");
     EXPECT_LT(first.vae_peak_bytes, together.peak_delta());
     EXPECT_LT(first.text_peak_bytes, together.peak_delta());
@@ -222,10 +223,10 @@ TEST_F(CacheBuild, CachedTensorsAreTheEncodersOutputsOnTheSameCrop) {
   options.max_sequence_length = 16;
   const auto folder = encoders::PipelineFolder::open(pipeline_->str(), encoders::flux_encoder_components(options));
   auto flux = encoders::FluxEncoders::load(folder, options);
-  const auto resized = encoders::resize_picture(encoders::read_image(record.path), 24, 16);
+  const auto resized = image::resize_picture(image::read_image(record.path), 24, 16);
   const auto crop = resized.slice(0, 0, 16).slice(1, 4, 20).contiguous();
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(42, "x.png"));
-  const auto expected = flux.encode_image(encoders::picture_to_vae_input(crop), generator);
+  const auto expected = flux.encode_image(image::picture_to_vae_input(crop), generator);
   const auto cached = io::SafetensorsFile::open(report.samples[0][0].latents_path).tensor("latents");
   const int64_t f = flux.vae_scale_factor();
   EXPECT_EQ(cached.sizes(), (std::vector<int64_t>{16, 16 / f, 16 / f}));

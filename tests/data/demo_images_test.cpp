@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "remat/data/demo_images.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
@@ -127,7 +127,7 @@ TEST(DemoImages, WritesPicturesAndCaptions) {
   for (const auto& entry : fs::directory_iterator(out)) files.insert(entry.path().filename().string());
   EXPECT_EQ(files.size(), 10u);  // nothing else: no temporary files left behind
   for (const auto& image : images) {
-    const auto picture = encoders::read_image(out + "/" + image.name + ".png");
+    const auto picture = image::read_image(out + "/" + image.name + ".png");
     EXPECT_TRUE(at::equal(picture, draw_demo_image(image))) << image.name;
     std::ifstream caption(out + "/" + image.name + ".txt");
     std::stringstream text;

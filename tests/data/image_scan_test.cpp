@@ -8,7 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "remat/data/image_dataset.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
@@ -20,7 +21,7 @@ namespace fs = std::filesystem;
 
 void picture(const std::string& path, int64_t width, int64_t height) {
   fs::create_directories(fs::path(path).parent_path());
-  encoders::write_png(path, at::full({height, width, 3}, 128, at::kByte));
+  image::write_png(path, at::full({height, width, 3}, 128, at::kByte));
 }
 
 void text(const std::string& path, const std::string& content) {

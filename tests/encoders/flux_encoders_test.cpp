@@ -22,6 +22,7 @@ namespace fs = std::filesystem;
 using remat::testing::error_of;
 using remat::testing::TempDir;
 using namespace remat::encoders;
+using namespace remat::models;
 using Json = nlohmann::json;
 
 std::string demo_folder(const TempDir& tmp) {

@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 using remat::testing::error_of;
 using remat::testing::TempDir;
 using namespace remat::encoders;
+using namespace remat::models;
 using Json = nlohmann::json;
 
 // Five parameters of known byte sizes (float32): a, b, c 40 B; big 100 B; e 20 B.

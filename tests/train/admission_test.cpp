@@ -1,11 +1,11 @@
-// Memory admission (remat/train/admission.h): predictions from the config alone, and the refusal
+// Memory admission (remat/train/memory/admission.h): predictions from the config alone, and the refusal
 // with both figures and the options that would fit. flux-dev is never built here.
 #include <gtest/gtest.h>
 
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
-#include "remat/train/admission.h"
-#include "remat/train/config.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/options/config.h"
 
 namespace remat::train {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "remat/memory.h"
 #include "remat/byte_size.h"
-#include "remat/train/auto_layout.h"
-#include "remat/train/benchmark.h"
-#include "remat/train/step.h"
-#include "remat/train/transformer.h"
+#include "remat/train/memory/auto_layout.h"
+#include "remat/train/memory/benchmark.h"
+#include "remat/train/run/step.h"
+#include "remat/train/family/transformer.h"
 
 namespace remat::train {
 namespace {

@@ -1,4 +1,4 @@
-// base_model_precision in training (remat/train/base_precision.h): SimpleTuner's names parsed or
+// base_model_precision in training (remat/train/memory/base_precision.h): SimpleTuner's names parsed or
 // refused by name, LoRA only, memory admission at the quantised size (against the byte formulas
 // written here), and short training runs on an int8 and an NF4 base against the full-precision
 // run on the same weights.
@@ -19,16 +19,16 @@
 #include "remat/models/flux.h"
 #include "remat/models/mageflow.h"
 #include "remat/models/lora.h"
-#include "remat/train/admission.h"
-#include "remat/train/auto_layout.h"
-#include "remat/train/base_precision.h"
-#include "remat/train/benchmark.h"
-#include "remat/train/config.h"
-#include "remat/train/data.h"
-#include "remat/train/family.h"
-#include "remat/train/options.h"
-#include "remat/train/step.h"
-#include "remat/train/trainer.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/memory/auto_layout.h"
+#include "remat/train/memory/base_precision.h"
+#include "remat/train/memory/benchmark.h"
+#include "remat/train/options/config.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
+#include "remat/train/options/options.h"
+#include "remat/train/run/step.h"
+#include "remat/train/run/trainer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"

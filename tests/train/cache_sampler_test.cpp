@@ -7,7 +7,7 @@
 #include <set>
 
 #include "remat/io/safetensors.h"
-#include "remat/train/data.h"
+#include "remat/train/data/data.h"
 #include "temp_dir.h"
 #include "value_error.h"
 

@@ -9,10 +9,11 @@
 #include <fstream>
 
 #include "remat/encoders/demo_pipeline.h"
-#include "remat/encoders/image_file.h"
-#include "remat/train/config.h"
-#include "remat/train/image_data.h"
-#include "remat/train/trainer.h"
+#include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
+#include "remat/train/options/config.h"
+#include "remat/train/data/image_data.h"
+#include "remat/train/run/trainer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
@@ -32,7 +33,7 @@ void write_picture(const std::string& path, int64_t width, int64_t height, int r
   picture.select(2, 1).fill_(g);
   picture.select(2, 2).fill_(b);
   picture.slice(0, height / 4, height / 2).slice(1, width / 4, width / 2).fill_(255 - r);
-  encoders::write_png(path, picture);
+  image::write_png(path, picture);
 }
 
 class CacheTrainer : public ::testing::Test {

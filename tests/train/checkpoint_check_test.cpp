@@ -1,5 +1,5 @@
 // A training checkpoint is checked whole before anything resumes from it: state.json typed and
-// ranged, every file holding exactly the tensors the run needs (remat/train/training_state.h).
+// ranged, every file holding exactly the tensors the run needs (remat/train/run/training_state.h).
 // Before these checks a negative batch_in_epoch crashed resume, and an epoch of 2^62, 1e30 or 1.5,
 // an empty optimizer or RNG file or a renamed RNG entry resumed silently and inexactly.
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/train/training_state.h"
+#include "remat/train/run/training_state.h"
 #include "temp_dir.h"
 #include "value_error.h"
 #include "test_paths.h"

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "remat/train/config.h"
-#include "remat/train/options.h"
+#include "remat/train/options/config.h"
+#include "remat/train/options/options.h"
 
 namespace remat::train {
 namespace {

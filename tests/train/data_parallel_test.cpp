@@ -1,5 +1,5 @@
 // Several processes of `remat train` on 127.0.0.1 with Gloo against one process with the same
-// global batch (Note [One run, any world size] in src/train/data_parallel.h): equal weights,
+// global batch (Note [One run, any world size] in src/train/run/data_parallel.h): equal weights,
 // resumes across world sizes, and the failures a run must report rather than hang on.
 #include <signal.h>
 
@@ -17,10 +17,11 @@
 #include "flux_tiny_dataset.h"
 #include "rank_processes.h"
 #include "remat/encoders/demo_pipeline.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
 #include "remat/io/safetensors.h"
-#include "remat/train/config.h"
-#include "remat/train/trainer.h"
+#include "remat/train/options/config.h"
+#include "remat/train/run/trainer.h"
 #include "temp_dir.h"
 #include "train/quiet_hooks.h"
 #include "test_paths.h"
@@ -216,7 +217,7 @@ TEST_F(DataParallelTraining, ImageRunSplitsTheCachingAndEqualsOneProcess) {
   for (size_t i = 0; i < colours.size(); ++i) {
     auto picture = at::full({32, 32, 3}, static_cast<int64_t>(20 + 25 * i), at::kByte);
     picture.slice(0, 8, 16).select(2, i % 3).fill_(250);
-    encoders::write_png((root_ / "images" / ("a " + colours[i] + " square.png")).string(), picture);
+    image::write_png((root_ / "images" / ("a " + colours[i] + " square.png")).string(), picture);
   }
   const std::vector<std::string> common{"--model_type=lora",
                                         "--pretrained_model_name_or_path=" + pipeline.string(),

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "remat/io/safetensors.h"
-#include "remat/train/data.h"
-#include "remat/train/family.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
 #include "temp_dir.h"
 
 using remat::train::LatentDataset;

@@ -1,4 +1,4 @@
-// The demo quality check's measure (remat/train/demo_quality.h): captions parsed as the picture
+// The demo quality check's measure (remat/train/validation/demo_quality.h): captions parsed as the picture
 // plan says, the latent feature against means computed here, the nearest-centroid classifier on
 // points placed here, and the measure telling the classes of the demo's own cached training
 // latents apart far above chance (the check that a "before vs after training" figure can mean
@@ -12,9 +12,9 @@
 
 #include "remat/data/demo_images.h"
 #include "remat/encoders/demo_pipeline.h"
-#include "remat/train/config.h"
-#include "remat/train/demo_quality.h"
-#include "remat/train/trainer.h"
+#include "remat/train/options/config.h"
+#include "remat/train/validation/demo_quality.h"
+#include "remat/train/run/trainer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"

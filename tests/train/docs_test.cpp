@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "remat/train/options.h"
-#include "remat/train/simpletuner.h"
+#include "remat/train/options/options.h"
+#include "remat/train/options/simpletuner.h"
 #include "test_paths.h"
 
 namespace remat::train {

@@ -11,22 +11,23 @@
 #include <torch/torch.h>
 
 #include "remat/data/caches.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
 #include "remat/encoders/model_encoders.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/io/safetensors.h"
 #include "remat/layout.h"
 #include "remat/models/layers.h"
-#include "remat/train/config.h"
-#include "remat/train/family.h"
-#include "remat/train/options.h"
-#include "remat/train/safety_check.h"
+#include "remat/train/options/config.h"
+#include "remat/train/family/family.h"
+#include "remat/train/options/options.h"
+#include "remat/train/options/safety_check.h"
 #include "remat/sample/pipeline.h"
 #include "remat/sample/scheduler.h"
-#include "remat/train/schedule.h"
-#include "remat/train/text_to_image.h"
-#include "remat/train/trainer.h"
-#include "remat/train/transformer.h"
+#include "remat/train/family/flow_matching.h"
+#include "remat/train/family/text_to_image.h"
+#include "remat/train/run/trainer.h"
+#include "remat/train/family/transformer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 
@@ -231,7 +232,7 @@ void write_toy_pipeline(const fs::path& root) {
       << R"({"_class_name": "FlowMatchEulerDiscreteScheduler", "shift": 3.0, "use_dynamic_shifting": false})";
   torch::manual_seed(7);
   ToyNet net(3);
-  encoders::save_component((root / "transformer").string(), *net, R"({"_class_name": "ToyTransformer", "depth": 3})");
+  models::save_component((root / "transformer").string(), *net, R"({"_class_name": "ToyTransformer", "depth": 3})");
 }
 
 void register_toy_family() {
@@ -249,7 +250,7 @@ void register_toy_family() {
     const int64_t depth = spec.config_json ? nlohmann::json::parse(std::ifstream(*spec.config_json)).at("depth").get<int64_t>()
                                            : spec.flavour == "toy-6" ? 6 : 3;
     auto model = std::make_unique<ToyTransformer>(depth);
-    if (spec.weights) encoders::load_component(*spec.weights, model->module());
+    if (spec.weights) models::load_component(*spec.weights, model->module());
     model->module().to(device);
     return model;
   };
@@ -363,7 +364,7 @@ TEST(FamilyRegistry, AToyFamilyCachesTrainsSamplesAndValidatesThroughItsDescript
     picture.select(2, 1).fill_(g);
     picture.select(2, 2).fill_(b);
     picture.slice(0, 4, 12).slice(1, 2, 8).fill_(255 - r);
-    encoders::write_png((dir.path() / "pictures" / name).string(), picture);
+    image::write_png((dir.path() / "pictures" / name).string(), picture);
   };
   fs::create_directories(dir.path() / "pictures");
   write_picture("a red square.png", 220, 10, 10);
@@ -392,7 +393,7 @@ TEST(FamilyRegistry, AToyFamilyCachesTrainsSamplesAndValidatesThroughItsDescript
   ASSERT_TRUE(fs::is_regular_file(latents_entry));
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(data::latent_sample_seed(3, "a red square.png"));
   const at::Tensor expected_latents = ToyAutoencoder().encode_image(
-      encoders::picture_to_vae_input(encoders::read_image((dir.path() / "pictures/a red square.png").string())),
+      image::picture_to_vae_input(image::read_image((dir.path() / "pictures/a red square.png").string())),
       generator);
   EXPECT_TRUE(at::equal(io::SafetensorsFile::open(latents_entry.string()).tensor("latents"), expected_latents));
   int64_t text_entries = 0;
@@ -425,12 +426,12 @@ TEST(FamilyRegistry, AToyFamilyCachesTrainsSamplesAndValidatesThroughItsDescript
   request.settings.num_inference_steps = 3;
   request.settings.seed = 11;
   const at::Tensor base = run_text_to_image(options, {request}).at(0);
-  EXPECT_TRUE(at::equal(base, encoders::read_image((pictures / "step_0_validation_0_16x16.png").string())));
+  EXPECT_TRUE(at::equal(base, image::read_image((pictures / "step_0_validation_0_16x16.png").string())));
   // With the trained LoRA merged: validation's picture at the last step (the live LoRA branch),
   // within one level of rounding, and not the base model's.
   options.loras = {{result.weights_path, 1.0}};
   const at::Tensor trained = run_text_to_image(options, {request}).at(0);
-  const at::Tensor validated = encoders::read_image((pictures / "step_2_validation_0_16x16.png").string());
+  const at::Tensor validated = image::read_image((pictures / "step_2_validation_0_16x16.png").string());
   EXPECT_LE((trained.to(at::kInt) - validated.to(at::kInt)).abs().max().item<int>(), 1);
   EXPECT_FALSE(at::equal(trained, base));
 }

@@ -9,11 +9,11 @@
 #include <sstream>
 
 #include "models/flux_formats_test_util.h"
-#include "remat/encoders/flux_transformer_weights.h"
+#include "remat/models/flux_transformer_weights.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/models/flux_weight_formats.h"
-#include "remat/train/transformer.h"
+#include "remat/train/family/transformer.h"
 #include "temp_dir.h"
 #include "value_error.h"
 #include "test_paths.h"
@@ -229,9 +229,9 @@ TEST_F(FluxWeightFormatsTest, TransformerLoadingAcceptsBflFilesAndFolders) {
             "joint_attention_dim": 32, "pooled_projection_dim": 16, "in_channels": 64, "guidance_embeds": true,
             "axes_dims_rope": [8, 12, 12]})";
   Flux from_folder = random_flux(tiny, 13);
-  encoders::load_flux_transformer_weights(*from_folder, folder.string());
+  models::load_flux_transformer_weights(*from_folder, folder.string());
   EXPECT_TRUE(torch::equal(forward_once(*from_folder), want));
-  const auto config = encoders::flux_config_for_weights(folder.string());
+  const auto config = models::flux_config_for_weights(folder.string());
   ASSERT_TRUE(config.has_value());
   EXPECT_EQ(config->hidden_size(), tiny.hidden_size());
 }

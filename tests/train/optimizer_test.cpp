@@ -7,10 +7,10 @@
 
 #include <torch/torch.h>
 
-#include "remat/train/config.h"
-#include "remat/train/optimizer.h"
-#include "remat/train/step.h"
-#include "remat/train/transformer.h"
+#include "remat/train/options/config.h"
+#include "remat/train/optimizers/optimizer.h"
+#include "remat/train/run/step.h"
+#include "remat/train/family/transformer.h"
 
 namespace remat::train {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "remat/train/options.h"
+#include "remat/train/options/options.h"
 
 namespace remat::train {
 namespace {

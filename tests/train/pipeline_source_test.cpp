@@ -9,11 +9,11 @@
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
-#include "remat/train/config.h"
-#include "remat/train/data.h"
-#include "remat/train/family.h"
-#include "remat/train/model_source.h"
-#include "remat/train/trainer.h"
+#include "remat/train/options/config.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
+#include "remat/train/family/model_source.h"
+#include "remat/train/run/trainer.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
@@ -55,7 +55,7 @@ class PipelineSourceTest : public ::testing::Test {
   void expect_trained_from_folder(const TrainResult& result) {
     ASSERT_EQ(result.final_step, 2);
     ASSERT_EQ(result.records.size(), 2u);
-    const auto shards = encoders::open_component_weights(dir_ / "pipe/transformer");
+    const auto shards = models::open_component_weights(dir_ / "pipe/transformer");
     const auto saved = io::SafetensorsFile::open(result.weights_path);
     size_t compared = 0;
     for (const auto& shard : shards) {
@@ -128,7 +128,7 @@ TEST_F(PipelineSourceTest, BadSourcesNameThePathAndWhatWasExpected) {
   EXPECT_NE(msg.find("pretrained_transformer_subfolder ('transformer') needs pretrained_transformer_model_name_or_path"),
             std::string::npos)
       << msg;
-  const std::string last_shard = encoders::find_component_weights(dir_ / "pipe/transformer").files.back();
+  const std::string last_shard = models::find_component_weights(dir_ / "pipe/transformer").files.back();
   fs::remove(last_shard);
   msg = error_of([&] { run_training(config("x", {"--pretrained_model_name_or_path=" + dir_ / "pipe"}), quiet_hooks()); });
   EXPECT_NE(msg.find("to shard '" + fs::path(last_shard).filename().string() + "', which does not exist"),

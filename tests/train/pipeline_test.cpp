@@ -23,7 +23,7 @@
 #include "remat/models/lora.h"
 #include "remat/sample/flux_sampler.h"
 #include "remat/sample/pipeline.h"
-#include "remat/train/text_to_image.h"
+#include "remat/train/family/text_to_image.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
@@ -121,7 +121,7 @@ TEST_F(PipelineTest, MatchesTheStagesRunByHand) {
     const auto e = encoders.encode_prompt(request_.prompt);
     models::Flux transformer(transformer_config());
     transformer->to(dtype);
-    encoders::load_component(pipeline.directory("transformer"), *transformer);
+    models::load_component(pipeline.directory("transformer"), *transformer);
     transformer->eval();
     SamplingSettings settings = request_.settings;
     settings.vae_scale_factor = encoders.vae_scale_factor();
@@ -252,7 +252,7 @@ TEST_F(PipelineTest, MergedLorasComputeWhatTheirLiveBranchesCompute) {
   // The base model plus the output of each LoRA's branch, computed separately: sum_j scale_j *
   // (alpha_j / r_j) * x A_j^T B_j^T on every adapted layer.
   models::Flux base(config);
-  encoders::load_component(folder() + "/transformer", *base);
+  models::load_component(folder() + "/transformer", *base);
   base->eval();
   for (const auto& item : base->named_modules()) {
     const std::string& name = item.key();

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "remat/train/trainer.h"
+#include "remat/train/run/trainer.h"
 
 namespace remat::testing {
 

@@ -5,8 +5,8 @@
 #include <map>
 
 #include "remat/layout.h"
-#include "remat/train/options.h"
-#include "remat/train/safety_check.h"
+#include "remat/train/options/options.h"
+#include "remat/train/options/safety_check.h"
 
 namespace remat::train {
 namespace {

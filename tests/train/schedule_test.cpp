@@ -7,8 +7,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "remat/train/config.h"
-#include "remat/train/schedule.h"
+#include "remat/train/options/config.h"
+#include "remat/train/family/flow_matching.h"
+#include "remat/train/optimizers/lr_schedule.h"
 
 namespace remat::train {
 namespace {

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/models/quantization.h"
-#include "remat/train/config.h"
-#include "remat/train/options.h"
-#include "remat/train/simpletuner.h"
+#include "remat/train/options/config.h"
+#include "remat/train/options/options.h"
+#include "remat/train/options/simpletuner.h"
 #include "temp_dir.h"
 #include "test_paths.h"
 

@@ -1,4 +1,4 @@
-// Startup checks of a run's paths (remat/train/startup_checks.h): each bad path is a named
+// Startup checks of a run's paths (remat/train/run/startup_checks.h): each bad path is a named
 // ValidationError. Before them, an output_dir that was a file, a symlink loop in the data or
 // output directory ended `remat train` with a raw `filesystem error` (exit 1), after the model and
 // data had loaded.
@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "remat/train/config.h"
-#include "remat/train/startup_checks.h"
+#include "remat/train/options/config.h"
+#include "remat/train/run/startup_checks.h"
 #include "temp_dir.h"
 
 namespace remat::train {

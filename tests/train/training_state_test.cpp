@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "remat/train/optimizer.h"
-#include "remat/train/progress.h"
-#include "remat/train/training_state.h"
+#include "remat/train/optimizers/optimizer.h"
+#include "remat/train/run/progress.h"
+#include "remat/train/run/training_state.h"
 #include "temp_dir.h"
 
 namespace remat::train {

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "remat/train/config.h"
-#include "remat/train/options.h"
-#include "remat/train/validation_images.h"
+#include "remat/train/options/config.h"
+#include "remat/train/options/options.h"
+#include "remat/train/validation/validation_images.h"
 #include "temp_dir.h"
 #include "value_error.h"
 

@@ -13,15 +13,15 @@
 #include <set>
 
 #include "remat/encoders/demo_pipeline.h"
-#include "remat/encoders/image_file.h"
+#include "remat/image/image_file.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/lora_formats.h"
-#include "remat/sample/png_file.h"
-#include "remat/train/config.h"
-#include "remat/train/data.h"
-#include "remat/train/family.h"
-#include "remat/train/trainer.h"
-#include "remat/train/validation_images.h"
+#include "remat/image/png_file.h"
+#include "remat/train/options/config.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
+#include "remat/train/run/trainer.h"
+#include "remat/train/validation/validation_images.h"
 #include "quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
@@ -133,11 +133,11 @@ TEST_F(ValidationTrainer, RendersAtTheExpectedStepsWithoutChangingTrainingAndRes
   for (size_t i = 0; i < plain.records.size(); ++i) EXPECT_EQ(plain.records[i].loss, once.records[i].loss) << i;
 
   // The pictures: the rounded size rendered (48x32 stays), the parameters in text chunks.
-  const auto picture = encoders::read_image(gallery_dir + "/step_4_validation_1_48x32.png");
+  const auto picture = image::read_image(gallery_dir + "/step_4_validation_1_48x32.png");
   EXPECT_EQ(picture.size(0), 32);  // (H, W, 3); the latent grid follows the demo VAE's factor
   EXPECT_EQ(picture.size(1), 48);
   std::map<std::string, std::string> text;
-  for (const auto& [k, v] : sample::read_png_text(gallery_dir + "/step_4_validation_1_48x32.png")) text[k] = v;
+  for (const auto& [k, v] : image::read_png_text(gallery_dir + "/step_4_validation_1_48x32.png")) text[k] = v;
   EXPECT_EQ(text["width"], "48");
   EXPECT_EQ(text["height"], "32");
   EXPECT_EQ(text["prompt"], "a red square");
@@ -259,7 +259,7 @@ TEST_F(ValidationTrainer, RealGuidanceUsesTheNegativePrompt) {
   const std::string name = "validation_images/step_0_validation_0_32x32.png";
   EXPECT_EQ(pngs_in(dir_ / "real_cfg/validation_images"), (std::set<std::string>{"step_0_validation_0_32x32.png"}));
   std::map<std::string, std::string> text;
-  for (const auto& [k, v] : sample::read_png_text(dir_ / ("real_cfg/" + name))) text[k] = v;
+  for (const auto& [k, v] : image::read_png_text(dir_ / ("real_cfg/" + name))) text[k] = v;
   EXPECT_EQ(text["negative_prompt"], "blue");
   EXPECT_EQ(text["true_cfg_scale"], "4");
   EXPECT_NE(bytes_of(dir_ / ("real_cfg/" + name)), bytes_of(dir_ / ("plain_cfg/" + name)));

@@ -11,12 +11,12 @@
 #include <torch/torch.h>
 
 #include "remat/memory.h"
-#include "remat/train/admission.h"
-#include "remat/train/benchmark.h"
-#include "remat/train/config.h"
-#include "remat/train/family.h"
-#include "remat/train/optimizer.h"
-#include "remat/train/zero_optimizer.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/memory/benchmark.h"
+#include "remat/train/options/config.h"
+#include "remat/train/family/family.h"
+#include "remat/train/optimizers/optimizer.h"
+#include "remat/train/optimizers/zero_optimizer.h"
 #include "temp_dir.h"
 
 namespace remat::train {

@@ -22,11 +22,11 @@
 #include "remat/distributed/process_group.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
-#include "remat/train/optimizer.h"
-#include "remat/train/reducer_synchronizer.h"
-#include "remat/train/step.h"
-#include "remat/train/transformer.h"
-#include "remat/train/zero_optimizer.h"
+#include "remat/train/optimizers/optimizer.h"
+#include "remat/train/run/reducer_synchronizer.h"
+#include "remat/train/run/step.h"
+#include "remat/train/family/transformer.h"
+#include "remat/train/optimizers/zero_optimizer.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "remat/train/options.h"
+#include "remat/train/options/options.h"
 #include "ui_server_fixture.h"
 #include "test_paths.h"
 

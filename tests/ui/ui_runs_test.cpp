@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "remat/train/data.h"
-#include "remat/train/family.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
 #include "ui_server_fixture.h"
 #include "flux_tiny_dataset.h"
 

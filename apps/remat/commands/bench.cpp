@@ -6,9 +6,9 @@
 #include "benchmark_report.h"
 #include "command.h"
 #include "model_options.h"
-#include "remat/io/files.h"
-#include "remat/train/benchmark.h"
-#include "remat/train/startup_checks.h"
+#include "remat/util/files.h"
+#include "remat/train/memory/benchmark.h"
+#include "remat/train/run/startup_checks.h"
 
 namespace remat::cli {
 namespace {
@@ -112,9 +112,9 @@ int run_bench(const std::vector<std::string>& args) {
     }
   }
   std::cout << format_benchmark_table(report);
-  if (!json.empty()) io::write_file_atomically(json, benchmark_json(report), "bench");
-  if (!csv.empty()) io::write_file_atomically(csv, benchmark_csv(report), "bench");
-  if (!svg.empty()) io::write_file_atomically(svg, benchmark_svg(report), "bench");
+  if (!json.empty()) util::write_file_atomically(json, benchmark_json(report), "bench");
+  if (!csv.empty()) util::write_file_atomically(csv, benchmark_csv(report), "bench");
+  if (!svg.empty()) util::write_file_atomically(svg, benchmark_svg(report), "bench");
   return 0;
 }
 

@@ -4,12 +4,12 @@
 #include <iostream>
 
 #include "command.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/memory.h"
-#include "remat/train/config.h"
-#include "remat/train/image_data.h"
-#include "remat/train/options.h"
-#include "remat/train/progress.h"
+#include "remat/train/options/config.h"
+#include "remat/train/data/image_data.h"
+#include "remat/train/options/options.h"
+#include "remat/train/run/progress.h"
 
 namespace remat::cli {
 namespace {

@@ -1,14 +1,14 @@
 // `remat demo-quality`: the quality check of the whole loop on the demo. Samples every caption of
 // `make demo`'s pictures from the base transformer and with the trained LoRA, and prints how often
 // a nearest-centroid classifier on the cached training latents names the prompt's colour,
-// background and shape, beside chance (remat/train/demo_quality.h, docs/SAMPLING.md).
+// background and shape, beside chance (remat/train/validation/demo_quality.h, docs/SAMPLING.md).
 #include <iostream>
 
 #include "command.h"
 #include "parse_args.h"
-#include "remat/train/options.h"
-#include "remat/train/config.h"
-#include "remat/train/demo_quality.h"
+#include "remat/train/options/options.h"
+#include "remat/train/options/config.h"
+#include "remat/train/validation/demo_quality.h"
 
 namespace remat::cli {
 namespace {

@@ -11,12 +11,12 @@
 #include "parse_args.h"
 #include "remat/threads.h"
 #include "remat/encoders/flux_encoders.h"
-#include "remat/encoders/image_file.h"
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/image/image_file.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
-#include "remat/train/startup_checks.h"
+#include "remat/train/run/startup_checks.h"
 
 namespace remat::cli {
 namespace {
@@ -66,7 +66,7 @@ int run_encode(const std::vector<std::string>& args) {
   std::cout << "threads: " << describe(set_cpu_threads(threads)) << "\n";
 
   // Every path is checked before anything loads.
-  if (!image_path.empty()) io::require_regular_file(image_path, "encode", "--image");
+  if (!image_path.empty()) util::require_regular_file(image_path, "encode", "--image");
   if (!output.empty()) train::check_output_file(output, "--output");
 
   encoders::FluxEncodersOptions options;
@@ -90,9 +90,9 @@ int run_encode(const std::vector<std::string>& args) {
   std::vector<io::NamedTensor> sample;
   if (!image_path.empty()) {
     if (tiling) flux.vae()->set_tiling(true);
-    const auto picture = encoders::read_image(image_path);
+    const auto picture = image::read_image(image_path);
     const auto multiple = 2 * flux.vae_scale_factor();
-    const auto cropped = encoders::center_crop_to_multiple(picture, multiple);
+    const auto cropped = image::center_crop_to_multiple(picture, multiple);
     std::cout << "image " << image_path << ": " << picture.size(1) << " x " << picture.size(0);
     if (!cropped.sizes().equals(picture.sizes())) {
       std::cout << ", centre-cropped to " << cropped.size(1) << " x " << cropped.size(0);
@@ -103,7 +103,7 @@ int run_encode(const std::vector<std::string>& args) {
       generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
     }
     start = std::chrono::steady_clock::now();
-    const auto latents = flux.encode_image(encoders::picture_to_vae_input(cropped), generator);
+    const auto latents = flux.encode_image(image::picture_to_vae_input(cropped), generator);
     std::cout << "latents (" << latents_mode << "): " << describe(latents) << "  [" << seconds_since(start) << " s]\n";
     sample.emplace_back("latents", latents);
   }

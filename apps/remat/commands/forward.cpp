@@ -5,10 +5,10 @@
 
 #include "command.h"
 #include "model_options.h"
-#include "remat/io/files.h"
+#include "remat/util/files.h"
 #include "remat/io/safetensors.h"
-#include "remat/train/admission.h"
-#include "remat/train/startup_checks.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/run/startup_checks.h"
 
 namespace remat::cli {
 namespace {
@@ -36,8 +36,8 @@ int run_forward(const std::vector<std::string>& args) {
 
   // Every path is checked before the model is built: a FIFO would block, and an unwritable
   // output would fail only after the forward pass.
-  io::require_regular_file(weights, "forward", "--weights");
-  io::require_regular_file(inputs_path, "forward", "--inputs");
+  util::require_regular_file(weights, "forward", "--weights");
+  util::require_regular_file(inputs_path, "forward", "--inputs");
   train::check_output_file(output, "--output");
   auto spec = model.spec();
   spec.weights = weights;

@@ -6,8 +6,8 @@
 #include "command.h"
 #include "model_options.h"
 #include "remat/io/safetensors.h"
-#include "remat/train/admission.h"
-#include "remat/train/startup_checks.h"
+#include "remat/train/memory/admission.h"
+#include "remat/train/run/startup_checks.h"
 
 namespace remat::cli {
 namespace {

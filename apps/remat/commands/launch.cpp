@@ -8,7 +8,7 @@
 #include "launch/launch_options.h"
 #include "launch/supervisor.h"
 #include "launch/worker_environment.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::cli {
 namespace {

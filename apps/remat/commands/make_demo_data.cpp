@@ -5,8 +5,8 @@
 
 #include "command.h"
 #include "parse_args.h"
-#include "remat/train/data.h"
-#include "remat/train/family.h"
+#include "remat/train/data/data.h"
+#include "remat/train/family/family.h"
 
 namespace remat::cli {
 namespace {

@@ -3,7 +3,7 @@
 #include <iostream>
 
 #include "command.h"
-#include "remat/train/options.h"
+#include "remat/train/options/options.h"
 
 namespace remat::cli {
 namespace {

@@ -12,17 +12,18 @@
 
 #include <torch/torch.h>
 
+#include "string_helpers.h"
 #include "command.h"
 #include "parse_args.h"
 #include "remat/threads.h"
-#include "remat/error.h"
-#include "remat/io/files.h"
+#include "remat/util/error.h"
+#include "remat/util/files.h"
 #include "remat/memory.h"
 #include "remat/sample/pipeline.h"
-#include "remat/sample/png_file.h"
-#include "remat/train/base_precision.h"
-#include "remat/train/startup_checks.h"
-#include "remat/train/text_to_image.h"
+#include "remat/image/png_file.h"
+#include "remat/train/memory/base_precision.h"
+#include "remat/train/run/startup_checks.h"
+#include "remat/train/family/text_to_image.h"
 #include "utf8.h"
 
 namespace remat::cli {
@@ -32,7 +33,7 @@ constexpr uint64_t kMaxPromptFileBytes = uint64_t{16} << 20;
 
 // One prompt per line; blank lines are skipped, a trailing '\r' (Windows line ends) dropped.
 std::vector<std::string> read_prompt_file(const std::string& path) {
-  const std::string text = io::read_regular_file(path, kMaxPromptFileBytes, "sample", "--prompt_file");
+  const std::string text = util::read_regular_file(path, kMaxPromptFileBytes, "sample", "--prompt_file");
   std::vector<std::string> prompts;
   std::istringstream lines(text);
   std::string line;
@@ -153,8 +154,7 @@ int run_sample(const std::vector<std::string>& args) {
     for (auto& p : read_prompt_file(prompt_file)) prompts.push_back(std::move(p));
   }
   if (prompts.empty()) throw_value_error("[sample] nothing to sample: give --prompt or --prompt_file");
-  std::string extension = std::filesystem::path(output).extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(), ::tolower);
+  const std::string extension = remat::detail::lower(std::filesystem::path(output).extension().string());
   if (extension != ".png") throw_value_error("[sample] --output must name a .png file, got '" + output + "'");
   train::check_output_file(output, "--output");
   settings.seed = static_cast<uint64_t>(seed);
@@ -175,7 +175,7 @@ int run_sample(const std::vector<std::string>& args) {
   std::string loras;
   for (const auto& l : options.loras) loras += (loras.empty() ? "" : ", ") + l.path + ":" + number_text(l.scale);
   auto png_text = [&](const sample::SampleRequest& r) {
-    return sample::PngText{
+    return image::PngText{
         {"prompt", r.prompt},
         {"negative_prompt", r.negative_prompt.value_or("")},
         {"seed", std::to_string(r.settings.seed)},
@@ -193,12 +193,12 @@ int run_sample(const std::vector<std::string>& args) {
 
   // A run killed while writing left its temporaries; this run writes the same files.
   for (const auto& path : paths) {
-    for (const auto& stale : io::remove_stale_temporaries(path)) {
+    for (const auto& stale : util::remove_stale_temporaries(path)) {
       std::cerr << "remat sample: removed " << stale << ", left by an interrupted write\n";
     }
   }
   // A prompt the PNG cannot record (not UTF-8, a NUL) fails now, not after the sampling.
-  for (size_t i = 0; i < requests.size(); ++i) sample::check_png_text(png_text(requests[i]), paths[i]);
+  for (size_t i = 0; i < requests.size(); ++i) image::check_png_text(png_text(requests[i]), paths[i]);
 
   sample::PipelineEvents events;
   auto step_start = std::chrono::steady_clock::now();
@@ -215,7 +215,7 @@ int run_sample(const std::vector<std::string>& args) {
                  static_cast<long long>(step), static_cast<long long>(steps), seconds);
   };
   events.on_image = [&](size_t index, const at::Tensor& pixels) {
-    sample::write_png(paths[index], pixels, png_text(requests[index]));
+    image::write_png(paths[index], pixels, png_text(requests[index]));
     std::cout << "wrote " << paths[index] << " (" << pixels.size(1) << " x " << pixels.size(0) << ")\n";
   };
   train::run_text_to_image(options, requests, events);

@@ -10,10 +10,10 @@
 
 #include "command.h"
 #include "remat/memory.h"
-#include "remat/train/config.h"
-#include "remat/train/options.h"
-#include "remat/train/progress.h"
-#include "remat/train/trainer.h"
+#include "remat/train/options/config.h"
+#include "remat/train/options/options.h"
+#include "remat/train/run/progress.h"
+#include "remat/train/run/trainer.h"
 
 namespace remat::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat::cli::launch {
 namespace {

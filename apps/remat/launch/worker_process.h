@@ -1,5 +1,5 @@
 #pragma once
-// Starting one worker process (fork + exec) with its output on pipes, and signalling it.
+// Starting one worker process (remat/util/child_process.h) with its output on pipes, and signalling it.
 
 #include <sys/types.h>
 

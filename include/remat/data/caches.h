@@ -2,7 +2,7 @@
 /// \file
 /// The caching phase of an image run: every image's VAE latents and every distinct caption's text
 /// embeddings, computed once and stored in the latent-cache formats training reads
-/// (remat/train/data.h), then reused while up to date.
+/// (remat/train/data/data.h), then reused while up to date.
 ///
 /// Files: one per image, CACHE_DIR_VAE/<relative path>.safetensors holding `latents` (C, h, w) in
 /// float32 (encode_image's output: the posterior's sample, drawn with latent_sample_seed); one per

@@ -49,7 +49,7 @@ struct REMAT_API AutoencoderKLConfig {
   /// Parses config.json text; `origin` (a file name) is quoted in every error. Unknown keys are
   /// ignored, as diffusers ignores them. Then validate().
   static AutoencoderKLConfig from_json_text(const std::string& text, const std::string& origin);
-  /// Reads and parses a config.json file (bounded read; see remat/io/bounded_json.h).
+  /// Reads and parses a config.json file (bounded read; see remat/util/bounded_json.h).
   static AutoencoderKLConfig from_file(const std::string& path);
   /// diffusers-compatible config.json content, with "_class_name": "AutoencoderKL".
   std::string to_json() const;

@@ -4,7 +4,7 @@
 /// with them: a caption becomes T5's hidden states (`prompt_embeds`, the transformer's
 /// encoder_hidden_states) and CLIP's pooled output (`pooled_prompt_embeds`); a picture becomes the
 /// VAE posterior's sample (or mean) in the transformer's latent space, (z - shift) * scale.
-/// The results are exactly the tensors of a latent-cache sample (remat/train/data.h), so
+/// The results are exactly the tensors of a latent-cache sample (remat/train/data/data.h), so
 /// `remat encode` output trains as it is.
 
 #include <cstdint>

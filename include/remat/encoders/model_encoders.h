@@ -5,7 +5,7 @@
 /// A family's text encoders turn a caption into the conditioning its transformer reads; its
 /// autoencoder turns pictures into latents and back. A family hands out a FamilyEncoders (Flux's:
 /// flux_family_encoders(), remat/encoders/flux_encoders.h) through its descriptor
-/// (remat/train/family.h); the callers load what they need from a diffusers pipeline folder.
+/// (remat/train/family/family.h); the callers load what they need from a diffusers pipeline folder.
 
 #include <cstdint>
 #include <functional>

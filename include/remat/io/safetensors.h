@@ -75,7 +75,7 @@ class REMAT_API SafetensorsFile {
   /// Maps and validates `path`. Throws c10::Error naming the path and the problem: missing or
   /// unreadable file (errno text), not a regular file (a FIFO is refused without blocking),
   /// truncated file, header length past the end of the file, a header larger than 100 MB or
-  /// nesting deeper than 64 levels (remat/io/bounded_json.h), header not valid JSON or not an
+  /// nesting deeper than 64 levels (remat/util/bounded_json.h), header not valid JSON or not an
   /// object, entry missing `dtype`/`shape`/`data_offsets`, unknown dtype (with the supported
   /// list), negative dimension, begin > end, range outside the data buffer, range size not equal
   /// to numel x element size (overflow-checked), non-string metadata; and unless the ranges,

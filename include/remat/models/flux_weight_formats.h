@@ -124,7 +124,7 @@ REMAT_API FluxConfig flux_config_from_bfl(const io::SafetensorsFile& file);
 /// shape that does not fit or a non-float tensor is a c10::ValueError naming the file and key;
 /// the model is then untouched. The model's LoRA factors, if any, are not loaded.
 REMAT_API void load_flux_weights(FluxImpl& model, const std::vector<io::SafetensorsFile>& files);
-/// Same for one .safetensors file. (A component folder: remat/encoders/flux_transformer_weights.h.)
+/// Same for one .safetensors file. (A component folder: remat/models/flux_transformer_weights.h.)
 REMAT_API void load_flux_weights(FluxImpl& model, const std::string& safetensors_file);
 
 /// Writes `model` (without its LoRA factors) in the BFL layout, keys without prefix, in its

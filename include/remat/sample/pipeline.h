@@ -8,7 +8,7 @@
 ///      pipeline's scheduler; then the transformer is freed;
 ///   3. the autoencoder decodes every picture (in tiles when a side exceeds PipelineOptions::
 ///      vae_tiling_above) and the pixels are handed out one picture at a time.
-/// The model family supplies each part through a TextToImage (remat/train/text_to_image.h makes
+/// The model family supplies each part through a TextToImage (remat/train/family/text_to_image.h makes
 /// one for any registered family); run_pipeline only orders the work. Everything that can be
 /// checked without running a model (sizes, the folder's components, the scheduler config, every
 /// LoRA file's format and its fit to the transformer's shapes, memory) is checked before the first

@@ -1,5 +1,5 @@
 #pragma once
-// CUDA caching-allocator statistics. Implemented in src/cuda/memory_cuda.cpp in CUDA builds
+// CUDA caching-allocator statistics. Implemented in src/core/cuda/memory_cuda.cpp in CUDA builds
 // (REMAT_WITH_CUDA); elsewhere these are stubs: there is no CUDA device to report on.
 
 #include <cstdint>

@@ -44,7 +44,7 @@
 // A training step is more than the chain: the embedders before it, the output head and the loss
 // after it, the optimizer step at the end. They do not depend on the layout, so the Chain carries
 // them as measured figures (remat::train::profile_step measures them in a real step at stage
-// boundaries; see src/train/step_profile.cpp):
+// boundaries; see src/ui/step_profile.cpp):
 //   - fixed_bytes: everything live while the chain runs besides its state (parameters, optimizer
 //     state, the batch, what the embedders' graph keeps, RoPE tables, the conditioning);
 //   - tail_peak_bytes T: after the last block's forward, the head and loss forward and their
@@ -65,7 +65,7 @@
 #include "plan/cost_model_impl.h"
 #include "remat/saved_inputs.h"
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 namespace remat {
 namespace detail {

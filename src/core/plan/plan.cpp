@@ -55,7 +55,7 @@
 
 #include "plan/cost_model_impl.h"
 #include "remat/memory.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/plan.h"
 
 namespace remat {

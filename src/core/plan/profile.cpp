@@ -8,7 +8,7 @@
 //   scale by 1), so it is consumed and freed as in a chain; the caller's own gradient tensor is
 //   live throughout and so part of the baseline.
 #include "remat/profile.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 #include <algorithm>
 #include <chrono>

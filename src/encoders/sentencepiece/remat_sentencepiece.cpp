@@ -1,6 +1,7 @@
 // libremat_sentencepiece: Debian's SentencePiece behind the C interface of sentencepiece_c_api.h.
 // Built without the project's sanitizer flags and loaded into its own link-map namespace (Note
-// [SentencePiece isolation], src/encoders/sentencepiece_loader.cpp), so it must not use LibTorch.
+// [SentencePiece isolation], src/encoders/sentencepiece/sentencepiece_loader.cpp), so it must not
+// use LibTorch.
 
 #include <algorithm>
 #include <cstring>

@@ -1,7 +1,7 @@
 #pragma once
 // The C interface of libremat_sentencepiece, the shim that keeps Debian's libsentencepiece (which
 // carries its own copy of protobuf) away from LibTorch's protobuf. Note [SentencePiece isolation]
-// in src/encoders/sentencepiece_loader.cpp explains why it exists and how it is loaded.
+// in src/encoders/sentencepiece/sentencepiece_loader.cpp explains why it exists and how it is loaded.
 //
 // Only C types cross this boundary: the shim lives in its own link-map namespace with its own
 // C++ runtime and heap, so no std::string, exception or pointer it allocates may reach the caller

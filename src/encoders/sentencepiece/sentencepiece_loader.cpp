@@ -7,7 +7,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "remat/error.h"
+#include "remat/util/error.h"
 
 // Note [SentencePiece isolation]
 // Debian's libsentencepiece.so.0 carries its own copy of protobuf-lite 3.14 and exports its

@@ -10,20 +10,20 @@
 #include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/encoders/clip_text_model.h"
 #include "remat/encoders/flux_encoders.h"
-#include "remat/encoders/flux_transformer_weights.h"
+#include "remat/models/flux_transformer_weights.h"
 #include "remat/encoders/t5_config.h"
-#include "remat/error.h"
+#include "remat/util/error.h"
 #include "remat/io/safetensors.h"
 #include "remat/models/flux.h"
 #include "remat/models/flux_weight_formats.h"
 #include "remat/models/lora.h"
 #include "remat/models/quantized_loading.h"
 #include "remat/sample/flux_sampler.h"
-#include "remat/train/family.h"
-#include "remat/train/schedule.h"
-#include "remat/train/transformer.h"
-#include "option_builder.h"
-#include "transformer_support.h"
+#include "remat/train/family/family.h"
+#include "remat/train/family/flow_matching.h"
+#include "remat/train/family/transformer.h"
+#include "options/option_builder.h"
+#include "family/transformer_support.h"
 
 namespace remat::train::families {
 namespace {
@@ -93,7 +93,7 @@ class FluxTransformer final : public Transformer {
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::Flux model(config);
       // Either layout (diffusers or BFL), a file or a component folder.
-      if (spec.weights) encoders::load_flux_transformer_weights(*model, *spec.weights);
+      if (spec.weights) models::load_flux_transformer_weights(*model, *spec.weights);
       return model;
     }
     // Quantised without ever holding the float32 model: each base Linear's weight is quantised

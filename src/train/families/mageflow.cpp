@@ -5,10 +5,10 @@
 #include "remat/models/lora.h"
 #include "remat/models/mageflow.h"
 #include "remat/models/quantized_loading.h"
-#include "remat/train/family.h"
-#include "remat/train/schedule.h"
-#include "remat/train/transformer.h"
-#include "transformer_support.h"
+#include "remat/train/family/family.h"
+#include "remat/train/family/flow_matching.h"
+#include "remat/train/family/transformer.h"
+#include "family/transformer_support.h"
 
 namespace remat::train::families {
 namespace {
