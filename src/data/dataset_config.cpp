@@ -4,6 +4,7 @@
 // type, dataset type or value remat does not support is an error naming the file, the backend id,
 // the key, the value and what is supported; keys remat does not implement are collected into one
 // warning.
+#include "json_file.h"
 #include "remat/data/dataset_config.h"
 
 #include <algorithm>
@@ -301,15 +302,7 @@ const TextEmbedsConfig& DataBackendConfig::text_embeds_of(const std::string& id)
 }
 
 DataBackendConfig read_data_backend_config(const std::string& path, const DataDefaults& defaults) {
-  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "data", "data_backend_config");
-  util::check_json_text(text, util::kMaxJsonFileBytes, "[data] data_backend_config '" + path + "'");
-  Json doc;
-  try {
-    doc = Json::parse(text);
-  } catch (const Json::exception& e) {
-    throw_value_error("[data] data_backend_config must be valid JSON, got '" + path +
-                      "': " + util::json_error_excerpt(e));
-  }
+  const Json doc = remat::detail::read_json_file(path, "data", "data_backend_config");
   if (!doc.is_array() || doc.empty()) {
     throw_value_error("[data] " + path + ": a data_backend_config is a JSON list of backends (objects), got " +
                       util::json_excerpt(doc));

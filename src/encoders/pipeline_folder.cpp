@@ -1,5 +1,6 @@
 // A diffusers Flux pipeline folder: model_index.json, and where each component's directory is
 // (its own subfolder, or an override) with the files that component needs.
+#include "json_file.h"
 #include "remat/encoders/pipeline_folder.h"
 
 #include <algorithm>
@@ -49,14 +50,7 @@ using remat::detail::join;
 using remat::detail::lower;
 
 Json read_model_index(const std::string& path) {
-  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "pipeline", "model_index.json");
-  util::check_json_text(text, util::kMaxJsonFileBytes, "[pipeline] '" + path + "'");
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw_value_error("[pipeline] '" + path + "' is not valid JSON: " + util::json_error_excerpt(e));
-  }
+  const Json j = remat::detail::read_json_file(path, "pipeline", "model_index.json");
   if (!j.is_object()) throw_value_error("[pipeline] '" + path + "' must be a JSON object, got " + util::json_excerpt(j));
   const auto cls = j.find("_class_name");
   if (cls == j.end() || !cls->is_string()) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "json_file.h"
 #include "string_helpers.h"
 #include "remat/models/component_weights.h"
 #include "remat/models/quantized_loading.h"
@@ -64,15 +65,7 @@ using remat::detail::join;
 // `weight_map` object whose values are plain file names (no directory part: a shard outside the
 // component directory would let an index read any file).
 std::map<std::string, std::string> read_index(const std::string& path) {
-  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "pipeline", "shard index");
-  util::check_json_text(text, util::kMaxJsonFileBytes, "[pipeline] shard index '" + path + "'");
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    throw_value_error("[pipeline] shard index '" + path + "' is not valid JSON: " +
-                      util::json_error_excerpt(e));
-  }
+  const Json j = remat::detail::read_json_file(path, "pipeline", "shard index");
   if (!j.is_object()) {
     throw_value_error("[pipeline] shard index '" + path + "' must be a JSON object, got " + util::json_excerpt(j));
   }

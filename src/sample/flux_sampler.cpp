@@ -13,12 +13,10 @@
 namespace remat::sample {
 namespace {
 
+// FluxPipeline.check_inputs (diffusers/pipelines/flux/pipeline_flux.py): sides divisible by
+// vae_scale_factor * 2 (16 with FLUX.1's VAE).
 void check_size(const char* what, int64_t pixels, int64_t vae_scale_factor) {
-  if (pixels < 16 || pixels % 16 != 0) {
-    throw_value_error(std::string("[sample] ") + what + " must be a positive multiple of 16 (FLUX.1's VAE " +
-                      "downsamples 8x, then Flux packs 2x2 latent patches), got " + std::to_string(pixels));
-  }
-  if (pixels % (2 * vae_scale_factor) != 0) {
+  if (pixels < 1 || pixels % (2 * vae_scale_factor) != 0) {
     throw_value_error(std::string("[sample] ") + what + " must be a multiple of " +
                       std::to_string(2 * vae_scale_factor) + " (this VAE downsamples " +
                       std::to_string(vae_scale_factor) + "x, then Flux packs 2x2 latent patches), got " +

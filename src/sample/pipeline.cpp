@@ -50,8 +50,9 @@ void check_requests(const std::vector<SampleRequest>& requests) {
     const auto& s = requests[i].settings;
     const std::string which = requests.size() > 1 ? " (prompt " + std::to_string(i + 1) + ")" : "";
     for (const auto& [name, value] : {std::pair<const char*, int64_t>{"width", s.width}, {"height", s.height}}) {
-      if (value < 16 || value % 16 != 0) {
-        throw_value_error(std::string("[sample] ") + name + " must be a positive multiple of 16, got " +
+      // The multiple a size must be of is the family's latent grid (TextToImage::check).
+      if (value < 1) {
+        throw_value_error(std::string("[sample] ") + name + " must be a positive number of pixels, got " +
                           std::to_string(value) + which);
       }
       if (value > kMaxSampleSide) {

@@ -3,6 +3,7 @@
 // in multidatabackend.json; each file written atomically (temp file + rename).
 #include <filesystem>
 
+#include "json_file.h"
 #include "api.h"
 #include "remat/util/error.h"
 #include "remat/util/bounded_json.h"
@@ -13,15 +14,7 @@ namespace remat::ui::detail {
 namespace {
 namespace fs = std::filesystem;
 
-nlohmann::json read_json_file(const std::string& path) {
-  const std::string text = util::read_regular_file(path, util::kMaxJsonFileBytes, "ui", "config");
-  util::check_json_text(text, util::kMaxJsonFileBytes, "[ui] '" + path + "'");
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw_value_error("[ui] '" + path + "' must be valid JSON: " + util::json_error_excerpt(e));
-  }
-}
+nlohmann::json read_json_file(const std::string& path) { return remat::detail::read_json_file(path, "ui", "config"); }
 
 // The folder of config `name`, which must be a real folder inside the workspace (a symlink
 // configs/<name> pointing elsewhere is refused).

@@ -28,7 +28,7 @@ std::string trim(const std::string& s) {
 // One translated file: "### `--name`" headings, each followed by "- **Label**: text" lines (the
 // colon may be the full-width one), a line's indented "  - " sub-lines (the choices' labels) as
 // its "items". Every translation lists Type, Default, What, Note first, in
-// that order, as docs/OPTIONS.md does (tests/train/docs_test.cpp checks the files' structure).
+// that order, as docs/OPTIONS.md does (tests/train/options/docs_test.cpp checks the files' structure).
 nlohmann::json parse_translation(std::string_view markdown) {
   nlohmann::json options = nlohmann::json::object();
   std::istringstream in{std::string(markdown)};

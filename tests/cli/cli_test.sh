@@ -205,7 +205,7 @@ open('$work/picture.ppm', 'wb').write(b'P6\\n%d %d\\n255\\n' % (w, h) + pixels)"
 mkdir -p "$work/encoded"
 expect_quick 0 "centre-cropped to 48 x 36" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --image="$work/picture.ppm" --caption="a red boat on a lake" --tokenizer_max_length=16 --output="$work/encoded/boat.safetensors"
 expect_quick 0 "latents (mean): [16, 18, 24]" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --image="$work/picture.ppm" --vae_enable_tiling --latents=mean
-expect_quick 0 "prompt_embeds (T5): [16, 32]" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a lake" --tokenizer_max_length=16 --dtype=float32
+expect_quick 0 "prompt_embeds: [16, 32]" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a lake" --tokenizer_max_length=16 --dtype=float32
 expect_quick 0 "truncated because \`max_sequence_length\` is set to 4 tokens" -- "$remat" encode --pretrained_model_name_or_path="$work/pipe" --caption="a red boat on a calm lake" --tokenizer_max_length=4
 cp "$work/encoded/boat.safetensors" "$work/encoded/boat2.safetensors"
 expect_quick 0 "summary: 2 steps" -- "$remat" train --pretrained_model_name_or_path="$work/pipe" --instance_data_dir="$work/encoded" --output_dir="$work/enc-out" --max_train_steps=2 --train_batch_size=1 --lora_rank=2 --num_threads=1
@@ -365,7 +365,7 @@ save(sys.argv[1] + "/wide_lora.safetensors", {"transformer.transformer_blocks.0.
 PY
 expect_quick 2 "model.some_layer.weight" -- "$remat" sample "${sample[@]}" --prompt=x --lora="$work/unknown_lora.safetensors" --output="$work/bad1.png"
 expect_quick 2 "a LoRA for another model shape" -- "$remat" sample "${sample[@]}" --prompt=x --lora="$work/wide_lora.safetensors" --output="$work/bad2.png"
-expect_quick 2 "width must be a positive multiple of 16, got 100" -- "$remat" sample --pipeline="$work/pipe" --prompt=x --width=100 --height=48 --output="$work/bad3.png"
+expect_quick 2 "width must be a multiple of 4 for this pipeline's VAE (2x downsampling, then 2x2 packing), got 102" -- "$remat" sample --pipeline="$work/pipe" --prompt=x --width=102 --height=48 --output="$work/bad3.png"
 cp -r "$work/pipe" "$work/pipe-no-vae" && rm -rf "$work/pipe-no-vae/vae"
 expect_quick 2 "component 'vae' needs the directory" -- "$remat" sample --pipeline="$work/pipe-no-vae" --prompt=x --width=32 --height=32 --output="$work/bad4.png"
 expect_quick 2 "--output must name a .png file" -- "$remat" sample "${sample[@]}" --prompt=x --output="$work/bad5.jpg"

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -70,6 +71,39 @@ TEST(RemoveStaleTemporaries, RemovesOnlyThisDestinationsTemporaries) {
   // What write_file_atomically leaves on success is only the file.
   remat::util::write_file_atomically(out, "bytes", "test");
   EXPECT_TRUE(remat::util::remove_stale_temporaries(out).empty());
+}
+
+// AtomicFile: until commit() the destination keeps its old bytes; dropped uncommitted (an
+// exception mid-write) it leaves nothing behind; committed, the whole new file is there, 0644.
+TEST(AtomicFile, TheOldFileUntilCommitAndNoTemporaryLeft) {
+  TempDir dir;
+  const std::string out = dir.path().string() + "/weights.bin";
+  const auto read = [&] {
+    std::ifstream in(out, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto entries = [&] { return std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()); };
+  remat::util::write_file_atomically(out, "old", "test");
+  {
+    remat::util::AtomicFile file(out, "test");
+    file.write("new and longer", 14);
+    EXPECT_EQ(read(), "old");
+    EXPECT_EQ(entries(), 2);  // the destination and its temporary
+  }
+  EXPECT_EQ(read(), "old");
+  EXPECT_EQ(entries(), 1);
+  remat::util::AtomicFile file(out, "test");
+  const std::string big(3 << 20, 'x');
+  file.write(big.data(), big.size());
+  file.commit();
+  EXPECT_EQ(read(), big);
+  EXPECT_EQ(entries(), 1);
+  EXPECT_EQ(fs::status(out).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  const std::string missing = dir.path().string() + "/no/such/x";
+  const std::string message = remat::testing::error_text([&] { remat::util::AtomicFile(missing, "test"); });
+  EXPECT_NE(message.find("[test] cannot write '" + missing + "': cannot create a temporary file"), std::string::npos)
+      << message;
 }
 
 // nlohmann::json's dump() throws type_error 316 on bytes that are not UTF-8; an excerpt of a

@@ -104,8 +104,10 @@ int run_sample(const std::vector<std::string>& args) {
   app.add_option("--prompt_file", prompt_file, "A text file with one prompt per line (blank lines skipped)");
   app.add_option("--negative_prompt", negative_prompt,
                  "The negative prompt of true classifier-free guidance (used when --true_cfg_scale > 1)");
-  app.add_option("--width", settings.width, "Picture width in pixels, a multiple of 16")->capture_default_str();
-  app.add_option("--height", settings.height, "Picture height in pixels, a multiple of 16")->capture_default_str();
+  app.add_option("--width", settings.width, "Picture width in pixels, a multiple of the family's latent grid "
+                 "(16 for FLUX.1)")->capture_default_str();
+  app.add_option("--height", settings.height, "Picture height in pixels, a multiple of the family's latent grid "
+                 "(16 for FLUX.1)")->capture_default_str();
   app.add_option("--num_inference_steps", settings.num_inference_steps, "Denoising steps")
       ->check(CLI::Range(int64_t{1}, sample::kMaxInferenceSteps))
       ->capture_default_str();

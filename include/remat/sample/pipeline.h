@@ -82,7 +82,8 @@ struct PipelineEvents {
   std::function<void(const std::string&)> on_warning;
 };
 
-/// Checks `requests` (sizes positive multiples of 16, steps >= 1, ...) without loading anything.
+/// Checks `requests` (sizes positive and bounded, steps >= 1, ...) without loading anything; the
+/// multiple each size must be of is the family's (TextToImage::check).
 /// Throws c10::ValueError naming the request and the value.
 REMAT_API void check_requests(const std::vector<SampleRequest>& requests);
 

@@ -27,8 +27,8 @@ inline constexpr int64_t kMaxInferenceSteps = 10000;
 
 /// What one picture is sampled with.
 struct SamplingSettings {
-  int64_t width = 1024;   ///< pixels, a multiple of 16, at most kMaxSampleSide
-  int64_t height = 1024;  ///< pixels, a multiple of 16, at most kMaxSampleSide
+  int64_t width = 1024;   ///< pixels, a multiple of 2 vae_scale_factor, at most kMaxSampleSide
+  int64_t height = 1024;  ///< pixels, a multiple of 2 vae_scale_factor, at most kMaxSampleSide
   int64_t num_inference_steps = 28;  ///< in [1, kMaxInferenceSteps]
   /// The embedded guidance of guidance-distilled models (transformer config guidance_embeds);
   /// ignored by models without it.

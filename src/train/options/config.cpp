@@ -2,6 +2,7 @@
 // the command line into a TrainConfig. Key handling follows SimpleTuner's
 // cli_utils.mapping_to_cli_args: config keys may carry a leading "--", and the file is equivalent
 // to the same flags written on the command line.
+#include "json_file.h"
 #include "string_helpers.h"
 #include "remat/train/options/config.h"
 #include "remat/train/options/config_text.h"
@@ -133,14 +134,9 @@ OptionValues read_json(const std::string& path) { return read_config_json_text(r
 OptionValues read_config_json_text(const std::string& text, const std::string& path) {
   nlohmann::json doc;
   try {
-    util::check_json_text(text, util::kMaxJsonFileBytes, "[train] config '" + path + "'");
-    doc = nlohmann::json::parse(text);
+    doc = remat::detail::parse_json_text(text, "train", "config '" + path + "'");
   } catch (const c10::ValueError& e) {
     throw ValidationError("config", path, e.what_without_backtrace());
-  } catch (const nlohmann::json::exception& e) {
-    throw ValidationError("config", path,
-                          "[train] config must be valid JSON, got '" + path +
-                              "': " + util::json_error_excerpt(e));
   }
   if (!doc.is_object()) {
     throw ValidationError("config", path,

@@ -2,7 +2,7 @@
 // ignores or refuses, unknown), SimpleTuner's vocabulary, null and integral floats, the three file
 // formats, and the SimpleTuner-style test configs validated as written.
 //
-// tests/train/data/simpletuner_example_keys.txt lists every key of SimpleTuner's 114 example
+// tests/train/options/simpletuner_example_keys.txt lists every key of SimpleTuner's 114 example
 // configs (its header says how it was made); tests/cli/simpletuner_configs/ holds configs written
 // for the tests that together use all of them (their README says how they were derived).
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@ const fs::path kSource(remat::testing::source_dir());
 const fs::path kConfigs = kSource / "tests/cli/simpletuner_configs";
 
 std::vector<std::string> example_keys() {
-  std::ifstream in(kSource / "tests/train/data/simpletuner_example_keys.txt");
+  std::ifstream in(kSource / "tests/train/options/simpletuner_example_keys.txt");
   std::vector<std::string> keys;
   for (std::string line; std::getline(in, line);) {
     if (!line.empty() && line[0] != '#') keys.push_back(line);

@@ -14,7 +14,7 @@
 #include "remat/train/family/family.h"
 #include "remat/train/family/model_source.h"
 #include "remat/train/run/trainer.h"
-#include "quiet_hooks.h"
+#include "train/quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
 #include "flux_tiny_dataset.h"

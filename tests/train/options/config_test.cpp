@@ -21,8 +21,8 @@ const Environment kCuda{true};
 class TempJson {
  public:
   explicit TempJson(const std::string& text) {
-    path_ = testing::TempDir() + "remat_train_config_" +
-            testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
+    path_ = ::testing::TempDir() + "remat_train_config_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".json";
     std::ofstream(path_) << text;
   }
   ~TempJson() { std::remove(path_.c_str()); }
@@ -169,7 +169,7 @@ TEST(ConfigJson, Errors) {
   }
   {
     TempJson json(R"({"lora_rank": )");
-    expect_error([&] { load({"--config", json.path()}); }, {"config must be valid JSON"});
+    expect_error([&] { load({"--config", json.path()}); }, {"config '" + json.path() + "' is not valid JSON"});
   }
   expect_error([] { load({"--config", "/nonexistent/remat.json"}); },
                {"config must be a readable JSON file, got '/nonexistent/remat.json'"});
@@ -193,7 +193,7 @@ TEST(ConfigJson, DeepValuesAndFifosAreRefused) {
     TempJson json("{\"" + std::string(1 << 20, 'k') + "\": 1}");  // a 1 MiB key
     expect_error([&] { load({"--config", json.path()}); }, {"unknown option 'kkkk", "(1048576 bytes)"});
   }
-  const std::string fifo = testing::TempDir() + "remat_config_fifo.json";
+  const std::string fifo = ::testing::TempDir() + "remat_config_fifo.json";
   std::remove(fifo.c_str());
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_error([&] { load({"--config", fifo}); }, {"config must be a readable JSON file", "(a FIFO)"});

@@ -28,7 +28,7 @@
 #include "remat/train/family/text_to_image.h"
 #include "remat/train/run/trainer.h"
 #include "remat/train/family/transformer.h"
-#include "quiet_hooks.h"
+#include "train/quiet_hooks.h"
 #include "temp_dir.h"
 
 namespace remat::train {

@@ -29,7 +29,7 @@
 #include "remat/train/options/options.h"
 #include "remat/train/run/step.h"
 #include "remat/train/run/trainer.h"
-#include "quiet_hooks.h"
+#include "train/quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
 #include "flux_tiny_dataset.h"

@@ -22,7 +22,7 @@
 #include "remat/train/family/family.h"
 #include "remat/train/run/trainer.h"
 #include "remat/train/validation/validation_images.h"
-#include "quiet_hooks.h"
+#include "train/quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
 #include "flux_tiny_dataset.h"

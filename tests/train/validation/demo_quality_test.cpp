@@ -15,7 +15,7 @@
 #include "remat/train/options/config.h"
 #include "remat/train/validation/demo_quality.h"
 #include "remat/train/run/trainer.h"
-#include "quiet_hooks.h"
+#include "train/quiet_hooks.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
