@@ -39,46 +39,23 @@ std::string join(const std::vector<int64_t>& values) {
   return "[" + out + "]";
 }
 
-void read_int(const Json& j, const char* key, int64_t& out, const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!remat::detail::is_int64(*it)) {
-    fail(origin, std::string("config key '") + key + "' must be an integer, got " + util::json_excerpt(*it));
-  }
-  out = it->get<int64_t>();
-}
-
-void read_bool(const Json& j, const char* key, bool& out, const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!it->is_boolean()) {
-    fail(origin, std::string("config key '") + key + "' must be a boolean, got " + util::json_excerpt(*it));
-  }
-  out = it->get<bool>();
-}
-
-// Returns false when the key is absent or null (the caller keeps its default or records null).
-bool read_vae_number(const Json& j, const char* key, double& out, const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return false;
-  if (!it->is_number()) {
-    fail(origin, std::string("config key '") + key + "' must be a number, got " + util::json_excerpt(*it));
-  }
-  out = it->get<double>();
-  return true;
-}
-
-std::vector<int64_t> read_int_list(const Json& value, const char* key, const std::string& origin) {
-  bool ok = value.is_array();
-  if (ok) {
-    for (const auto& v : value) ok = ok && remat::detail::is_int64(v);
-  }
-  if (!ok) {
-    fail(origin, std::string("config key '") + key + "' must be a list of integers, got " +
-                     util::json_excerpt(value));
-  }
-  return value.get<std::vector<int64_t>>();
-}
+// The keys of diffusers' models/autoencoders/autoencoder_kl.py (AutoencoderKL.__init__) read and
+// written as they are (Note [Config fields] in config_json.h). sample_size, shift_factor,
+// latents_mean / latents_std and the block type lists are handled by hand below.
+constexpr auto vae_fields = [](auto& c, auto&& field) {
+  field("in_channels", c.in_channels);
+  field("out_channels", c.out_channels);
+  field("block_out_channels", c.block_out_channels);
+  field("layers_per_block", c.layers_per_block);
+  field("latent_channels", c.latent_channels);
+  field("norm_num_groups", c.norm_num_groups);
+  field("act_fn", c.act_fn);
+  field("mid_block_add_attention", c.mid_block_add_attention);
+  field("use_quant_conv", c.use_quant_conv);
+  field("use_post_quant_conv", c.use_post_quant_conv);
+  field("force_upcast", c.force_upcast);
+  field("scaling_factor", c.scaling_factor);
+};
 
 // down_block_types / up_block_types: only the VAE blocks diffusers' AutoencoderKL builds.
 void check_block_types(const Json& j, const char* key, const char* expected, const std::string& origin) {
@@ -196,35 +173,25 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json_text(const std::string& text,
   if (!j.is_object()) fail(origin, "config JSON must be an object");
 
   AutoencoderKLConfig c;
-  read_int(j, "in_channels", c.in_channels, origin);
-  read_int(j, "out_channels", c.out_channels, origin);
-  if (auto it = j.find("block_out_channels"); it != j.end() && !it->is_null()) {
-    c.block_out_channels = read_int_list(*it, "block_out_channels", origin);
-  }
-  read_int(j, "layers_per_block", c.layers_per_block, origin);
-  read_int(j, "latent_channels", c.latent_channels, origin);
-  read_int(j, "norm_num_groups", c.norm_num_groups, origin);
-  if (auto it = j.find("act_fn"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) fail(origin, "config key 'act_fn' must be a string, got " + util::json_excerpt(*it));
-    c.act_fn = it->get<std::string>();
-  }
-  read_bool(j, "mid_block_add_attention", c.mid_block_add_attention, origin);
-  read_bool(j, "use_quant_conv", c.use_quant_conv, origin);
-  read_bool(j, "use_post_quant_conv", c.use_post_quant_conv, origin);
-  read_bool(j, "force_upcast", c.force_upcast, origin);
-  read_vae_number(j, "scaling_factor", c.scaling_factor, origin);
-  c.shift_factor_is_null = !read_vae_number(j, "shift_factor", c.shift_factor, origin);
+  const remat::detail::ConfigFieldReader field(j, "[vae] " + origin + ": ");
+  vae_fields(c, field);
+  // shift_factor: diffusers' null (no shift) reads as 0 and is written back as null.
+  c.shift_factor_is_null = !field.has("shift_factor");
+  field("shift_factor", c.shift_factor);
   if (c.shift_factor_is_null) c.shift_factor = 0.0;
-  if (auto it = j.find("sample_size"); it != j.end() && !it->is_null()) {
-    if (it->is_array()) {
-      c.sample_size = read_int_list(*it, "sample_size", origin);
-      c.sample_size_is_list = true;
+  // sample_size: an int or a list of ints (only the first entry is used); written back as read.
+  if (field.has("sample_size")) {
+    c.sample_size_is_list = j.at("sample_size").is_array();
+    if (c.sample_size_is_list) {
+      field("sample_size", c.sample_size);
     } else {
       int64_t s = 0;
-      read_int(j, "sample_size", s, origin);
+      field("sample_size", s);
       c.sample_size = {s};
     }
   }
+  // latents_mean / latents_std (per-channel latent statistics) must be null; the block type lists
+  // must name the only blocks AutoencoderKL builds, one per block_out_channels entry.
   for (const char* key : {"latents_mean", "latents_std"}) {
     auto it = j.find(key);
     if (it != j.end() && !it->is_null()) {
@@ -246,30 +213,20 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
 }
 
 std::string AutoencoderKLConfig::to_json() const {
-  Json j;
+  Json j;  // sorted keys
   j["_class_name"] = "AutoencoderKL";
-  j["in_channels"] = in_channels;
-  j["out_channels"] = out_channels;
+  vae_fields(*this, remat::detail::ConfigFieldWriter{j});
+  // The special cases of from_json_text, written back.
   j["down_block_types"] = std::vector<std::string>(block_out_channels.size(), kDownBlock);
   j["up_block_types"] = std::vector<std::string>(block_out_channels.size(), kUpBlock);
-  j["block_out_channels"] = block_out_channels;
-  j["layers_per_block"] = layers_per_block;
-  j["act_fn"] = act_fn;
-  j["latent_channels"] = latent_channels;
-  j["norm_num_groups"] = norm_num_groups;
   if (sample_size_is_list) {
     j["sample_size"] = sample_size;
   } else {
     j["sample_size"] = sample_size.empty() ? 0 : sample_size.front();
   }
-  j["scaling_factor"] = scaling_factor;
   j["shift_factor"] = shift_factor_is_null ? Json(nullptr) : Json(shift_factor);
   j["latents_mean"] = nullptr;
   j["latents_std"] = nullptr;
-  j["force_upcast"] = force_upcast;
-  j["use_quant_conv"] = use_quant_conv;
-  j["use_post_quant_conv"] = use_post_quant_conv;
-  j["mid_block_add_attention"] = mid_block_add_attention;
   return j.dump(2) + "\n";
 }
 

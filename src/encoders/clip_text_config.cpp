@@ -17,8 +17,8 @@ constexpr const char* kClipComponent = "clip";
 
 std::string where(const std::string& origin) { return std::string("[clip] ") + origin + ": "; }
 
-// The shared config helpers do not know the file; their message (which starts with "[clip] ")
-// is re-thrown with the origin in front.
+// parse_config_json does not know the file; its message (which starts with "[clip] ") is
+// re-thrown with the origin in front.
 [[noreturn]] void rethrow_with_origin(const c10::ValueError& e, const std::string& origin) {
   std::string message = e.what_without_backtrace();
   const std::string tag = "[clip] ";
@@ -26,26 +26,22 @@ std::string where(const std::string& origin) { return std::string("[clip] ") + o
   throw_value_error(where(origin) + message);
 }
 
-void read_string(const nlohmann::json& j, const char* key, std::string& out,
-                 const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!it->is_string()) {
-    throw_value_error(where(origin) + "config key '" + key + "' must be a string, got " +
-                      util::json_excerpt(*it));
-  }
-  out = it->get<std::string>();
-}
-
-void read_clip_number(const nlohmann::json& j, const char* key, double& out, const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!it->is_number()) {
-    throw_value_error(where(origin) + "config key '" + key + "' must be a number, got " +
-                      util::json_excerpt(*it));
-  }
-  out = it->get<double>();
-}
+// The keys of transformers' models/clip/configuration_clip.py (CLIPTextConfig) that remat reads
+// and writes back (Note [Config fields] in config_json.h).
+constexpr auto clip_text_fields = [](auto& c, auto&& field) {
+  field("vocab_size", c.vocab_size);
+  field("hidden_size", c.hidden_size);
+  field("intermediate_size", c.intermediate_size);
+  field("num_hidden_layers", c.num_hidden_layers);
+  field("num_attention_heads", c.num_attention_heads);
+  field("max_position_embeddings", c.max_position_embeddings);
+  field("bos_token_id", c.bos_token_id);
+  field("eos_token_id", c.eos_token_id);
+  field("pad_token_id", c.pad_token_id);
+  field("projection_dim", c.projection_dim);
+  field("hidden_act", c.hidden_act);
+  field("layer_norm_eps", c.layer_norm_eps);
+};
 
 void require_positive(int64_t value, const char* key, const std::string& origin) {
   if (value <= 0) {
@@ -108,25 +104,7 @@ ClipTextConfig ClipTextConfig::from_json_text(const std::string& text, const std
     rethrow_with_origin(e, origin);
   }
   ClipTextConfig config;
-  auto read_int = [&](const char* key, int64_t& out) {
-    try {
-      remat::detail::read_int(j, key, out, kClipComponent);
-    } catch (const c10::ValueError& e) {
-      rethrow_with_origin(e, origin);
-    }
-  };
-  read_int("vocab_size", config.vocab_size);
-  read_int("hidden_size", config.hidden_size);
-  read_int("intermediate_size", config.intermediate_size);
-  read_int("num_hidden_layers", config.num_hidden_layers);
-  read_int("num_attention_heads", config.num_attention_heads);
-  read_int("max_position_embeddings", config.max_position_embeddings);
-  read_int("bos_token_id", config.bos_token_id);
-  read_int("eos_token_id", config.eos_token_id);
-  read_int("pad_token_id", config.pad_token_id);
-  read_int("projection_dim", config.projection_dim);
-  read_string(j, "hidden_act", config.hidden_act, origin);
-  read_clip_number(j, "layer_norm_eps", config.layer_norm_eps, origin);
+  clip_text_fields(config, remat::detail::ConfigFieldReader(j, where(origin)));
   config.validate(origin);
   return config;
 }
@@ -137,37 +115,21 @@ ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
 
 std::string ClipTextConfig::to_json() const {
   // Key names and the constant fields are those transformers' CLIPTextConfig.to_json_string
-  // writes for a CLIPTextModel, so the file loads there as well.
-  nlohmann::ordered_json j;
+  // writes for a CLIPTextModel, so the file loads there as well; nlohmann::json sorts the keys as
+  // to_json_string does.
+  nlohmann::json j;
   j["architectures"] = {"CLIPTextModel"};
   j["attention_dropout"] = 0.0;
-  j["bos_token_id"] = bos_token_id;
   j["dropout"] = 0.0;
-  j["eos_token_id"] = eos_token_id;
-  j["hidden_act"] = hidden_act;
-  j["hidden_size"] = hidden_size;
   j["initializer_factor"] = 1.0;
   j["initializer_range"] = 0.02;
-  j["intermediate_size"] = intermediate_size;
-  j["layer_norm_eps"] = layer_norm_eps;
-  j["max_position_embeddings"] = max_position_embeddings;
   j["model_type"] = "clip_text_model";
-  j["num_attention_heads"] = num_attention_heads;
-  j["num_hidden_layers"] = num_hidden_layers;
-  j["pad_token_id"] = pad_token_id;
-  j["projection_dim"] = projection_dim;
-  j["vocab_size"] = vocab_size;
+  clip_text_fields(*this, remat::detail::ConfigFieldWriter{j});
   return j.dump(2) + "\n";
 }
 
 bool operator==(const ClipTextConfig& a, const ClipTextConfig& b) {
-  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size &&
-         a.intermediate_size == b.intermediate_size && a.num_hidden_layers == b.num_hidden_layers &&
-         a.num_attention_heads == b.num_attention_heads &&
-         a.max_position_embeddings == b.max_position_embeddings && a.hidden_act == b.hidden_act &&
-         a.layer_norm_eps == b.layer_norm_eps && a.bos_token_id == b.bos_token_id &&
-         a.eos_token_id == b.eos_token_id && a.pad_token_id == b.pad_token_id &&
-         a.projection_dim == b.projection_dim;
+  return remat::detail::same_fields(a, b, clip_text_fields);
 }
 
 int64_t parameter_count(const ClipTextConfig& config) {

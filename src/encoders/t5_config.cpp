@@ -14,26 +14,26 @@ namespace {
 
 constexpr const char* kT5ConfigComponent = "t5";
 
-void read_t5_number(const nlohmann::json& j, const char* key, double& out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!it->is_number()) {
-    throw_value_error(std::string("[t5] config key '") + key + "' must be a number, got " +
-                      util::json_excerpt(*it));
-  }
-  out = it->get<double>();
-}
-
-bool read_string(const nlohmann::json& j, const char* key, std::string& out) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return false;
-  if (!it->is_string()) {
-    throw_value_error(std::string("[t5] config key '") + key + "' must be a string, got " +
-                      util::json_excerpt(*it));
-  }
-  out = it->get<std::string>();
-  return true;
-}
+// The keys of transformers' models/t5/configuration_t5.py (T5Config) read and written as they are
+// (Note [Config fields] in config_json.h); from_json_text adds the derived defaults by hand.
+constexpr auto t5_fields = [](auto& c, auto&& field) {
+  field("vocab_size", c.vocab_size);
+  field("d_model", c.d_model);
+  field("d_kv", c.d_kv);
+  field("d_ff", c.d_ff);
+  field("num_layers", c.num_layers);
+  field("num_decoder_layers", c.num_decoder_layers);
+  field("num_heads", c.num_heads);
+  field("relative_attention_num_buckets", c.relative_attention_num_buckets);
+  field("relative_attention_max_distance", c.relative_attention_max_distance);
+  field("pad_token_id", c.pad_token_id);
+  field("eos_token_id", c.eos_token_id);
+  field("layer_norm_epsilon", c.layer_norm_epsilon);
+  field("dropout_rate", c.dropout_rate);
+  field("feed_forward_proj", c.feed_forward_proj);
+  field("dense_act_fn", c.dense_act_fn);
+  field("is_gated_act", c.is_gated_act);
+};
 
 void check_positive(int64_t value, const char* key) {
   if (value <= 0) {
@@ -112,28 +112,15 @@ T5Config T5Config::from_json_text(const std::string& json, const std::string& so
   try {
     const auto j = remat::detail::parse_config_json(json, kT5ConfigComponent);
     T5Config c;
-    auto read_int = [&](const char* key, int64_t& out) {
-      remat::detail::read_int(j, key, out, kT5ConfigComponent);
-    };
-    read_int("vocab_size", c.vocab_size);
-    read_int("d_model", c.d_model);
-    read_int("d_kv", c.d_kv);
-    read_int("d_ff", c.d_ff);
-    read_int("num_layers", c.num_layers);
-    c.num_decoder_layers = c.num_layers;  // upstream's default: symmetry
-    read_int("num_decoder_layers", c.num_decoder_layers);
-    read_int("num_heads", c.num_heads);
-    read_int("relative_attention_num_buckets", c.relative_attention_num_buckets);
-    read_int("relative_attention_max_distance", c.relative_attention_max_distance);
-    read_int("pad_token_id", c.pad_token_id);
-    read_int("eos_token_id", c.eos_token_id);
-    read_t5_number(j, "layer_norm_epsilon", c.layer_norm_epsilon);
-    read_t5_number(j, "dropout_rate", c.dropout_rate);
-    read_string(j, "feed_forward_proj", c.feed_forward_proj);
+    const remat::detail::ConfigFieldReader field(j, "[t5] ");
+    t5_fields(c, field);
+    // By hand, as T5Config.__init__ does: num_decoder_layers defaults to num_layers (symmetry);
+    // feed_forward_proj derives dense_act_fn and is_gated_act, and explicit keys override the
+    // derived values, as PretrainedConfig's leftover kwargs do.
+    if (!field.has("num_decoder_layers")) c.num_decoder_layers = c.num_layers;
     c.derive_activation();
-    // Explicit keys override the derived values, as PretrainedConfig's leftover kwargs do.
-    read_string(j, "dense_act_fn", c.dense_act_fn);
-    remat::detail::read_bool(j, "is_gated_act", c.is_gated_act, kT5ConfigComponent);
+    field("dense_act_fn", c.dense_act_fn);
+    field("is_gated_act", c.is_gated_act);
     c.validate();
     return c;
   } catch (const c10::ValueError& e) {
@@ -150,30 +137,16 @@ T5Config T5Config::from_file(const std::string& path) {
 }
 
 std::string T5Config::to_json() const {
-  nlohmann::ordered_json j;
+  // nlohmann::json keeps its keys sorted, as transformers' to_json_string writes them.
+  nlohmann::json j;
   j["architectures"] = {"T5EncoderModel"};
-  j["d_ff"] = d_ff;
-  j["d_kv"] = d_kv;
-  j["d_model"] = d_model;
   j["decoder_start_token_id"] = 0;
-  j["dense_act_fn"] = dense_act_fn;
-  j["dropout_rate"] = dropout_rate;
-  j["eos_token_id"] = eos_token_id;
-  j["feed_forward_proj"] = feed_forward_proj;
   j["initializer_factor"] = 1.0;
   j["is_encoder_decoder"] = true;
-  j["is_gated_act"] = is_gated_act;
-  j["layer_norm_epsilon"] = layer_norm_epsilon;
   j["model_type"] = "t5";
-  j["num_decoder_layers"] = num_decoder_layers;
-  j["num_heads"] = num_heads;
-  j["num_layers"] = num_layers;
-  j["pad_token_id"] = pad_token_id;
-  j["relative_attention_max_distance"] = relative_attention_max_distance;
-  j["relative_attention_num_buckets"] = relative_attention_num_buckets;
   j["tie_word_embeddings"] = false;
   j["use_cache"] = true;
-  j["vocab_size"] = vocab_size;
+  t5_fields(*this, remat::detail::ConfigFieldWriter{j});
   return j.dump(2) + "\n";
 }
 
@@ -207,15 +180,7 @@ T5Config T5Config::tiny() {
 }
 
 bool operator==(const T5Config& a, const T5Config& b) {
-  return a.vocab_size == b.vocab_size && a.d_model == b.d_model && a.d_kv == b.d_kv &&
-         a.d_ff == b.d_ff && a.num_layers == b.num_layers &&
-         a.num_decoder_layers == b.num_decoder_layers && a.num_heads == b.num_heads &&
-         a.relative_attention_num_buckets == b.relative_attention_num_buckets &&
-         a.relative_attention_max_distance == b.relative_attention_max_distance &&
-         a.layer_norm_epsilon == b.layer_norm_epsilon && a.dropout_rate == b.dropout_rate &&
-         a.feed_forward_proj == b.feed_forward_proj && a.dense_act_fn == b.dense_act_fn &&
-         a.is_gated_act == b.is_gated_act && a.pad_token_id == b.pad_token_id &&
-         a.eos_token_id == b.eos_token_id;
+  return remat::detail::same_fields(a, b, t5_fields);
 }
 
 int64_t parameter_count(const T5Config& config) {

@@ -16,6 +16,22 @@ namespace {
 
 constexpr const char* kFluxComponent = "FluxConfig";
 
+// The keys of diffusers' models/transformers/transformer_flux.py (FluxTransformer2DModel.__init__)
+// that define the architecture (Note [Config fields] in config_json.h); out_channels, which may
+// be null, is read by hand in from_json_string.
+constexpr auto flux_fields = [](auto& c, auto&& field) {
+  field("patch_size", c.patch_size);
+  field("in_channels", c.in_channels);
+  field("num_layers", c.num_layers);
+  field("num_single_layers", c.num_single_layers);
+  field("attention_head_dim", c.attention_head_dim);
+  field("num_attention_heads", c.num_attention_heads);
+  field("joint_attention_dim", c.joint_attention_dim);
+  field("pooled_projection_dim", c.pooled_projection_dim);
+  field("guidance_embeds", c.guidance_embeds);
+  field("axes_dims_rope", c.axes_dims_rope);
+};
+
 // Parameters of one Linear(in -> out) with bias.
 int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
 
@@ -104,19 +120,12 @@ FluxConfig FluxConfig::preset(const std::string& name) {
 FluxConfig FluxConfig::from_json_string(const std::string& json) {
   const auto j = remat::detail::parse_config_json(json, kFluxComponent);
   FluxConfig config;
-  remat::detail::read_int(j, "patch_size", config.patch_size, kFluxComponent);
-  remat::detail::read_int(j, "in_channels", config.in_channels, kFluxComponent);
+  const remat::detail::ConfigFieldReader field(j, std::string("[") + kFluxComponent + "] ");
+  flux_fields(config, field);
+  // out_channels: null (or absent, or -1) means in_channels.
   int64_t out = -1;
-  remat::detail::read_int(j, "out_channels", out, kFluxComponent);
+  field("out_channels", out);
   if (out != -1) config.out_channels = out;
-  remat::detail::read_int(j, "num_layers", config.num_layers, kFluxComponent);
-  remat::detail::read_int(j, "num_single_layers", config.num_single_layers, kFluxComponent);
-  remat::detail::read_int(j, "attention_head_dim", config.attention_head_dim, kFluxComponent);
-  remat::detail::read_int(j, "num_attention_heads", config.num_attention_heads, kFluxComponent);
-  remat::detail::read_int(j, "joint_attention_dim", config.joint_attention_dim, kFluxComponent);
-  remat::detail::read_int(j, "pooled_projection_dim", config.pooled_projection_dim, kFluxComponent);
-  remat::detail::read_bool(j, "guidance_embeds", config.guidance_embeds, kFluxComponent);
-  remat::detail::read_int_list(j, "axes_dims_rope", config.axes_dims_rope, kFluxComponent);
   config.validate();
   return config;
 }

@@ -19,6 +19,19 @@ namespace {
 
 constexpr const char* kMageFlowComponent = "MageFlowConfig";
 
+// The keys of the MageFlow transformer's config.json (the wrapper constructor's names) that
+// define the architecture (Note [Config fields] in config_json.h); out_channels, which may be
+// null, is read by hand in from_json_string.
+constexpr auto mageflow_fields = [](auto& c, auto&& field) {
+  field("hidden_size", c.hidden_size);
+  field("num_heads", c.num_heads);
+  field("depth", c.depth);
+  field("axes_dim", c.axes_dim);
+  field("in_channels", c.in_channels);
+  field("context_in_dim", c.context_in_dim);
+  field("patch_size", c.patch_size);
+};
+
 int64_t linear_params(int64_t in, int64_t out) { return in * out + out; }
 
 std::vector<int64_t> cu_to_vector(const at::Tensor& cu, const char* name) {
@@ -125,16 +138,12 @@ MageFlowConfig MageFlowConfig::preset(const std::string& name) {
 MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
   const auto j = remat::detail::parse_config_json(json, kMageFlowComponent);
   MageFlowConfig config;
-  remat::detail::read_int(j, "hidden_size", config.hidden_size, kMageFlowComponent);
-  remat::detail::read_int(j, "num_heads", config.num_heads, kMageFlowComponent);
-  remat::detail::read_int(j, "depth", config.depth, kMageFlowComponent);
-  remat::detail::read_int_list(j, "axes_dim", config.axes_dim, kMageFlowComponent);
-  remat::detail::read_int(j, "in_channels", config.in_channels, kMageFlowComponent);
+  const remat::detail::ConfigFieldReader field(j, std::string("[") + kMageFlowComponent + "] ");
+  mageflow_fields(config, field);
+  // out_channels: null (or absent, or -1) means kDefaultOutChannels.
   int64_t out = -1;
-  remat::detail::read_int(j, "out_channels", out, kMageFlowComponent);
+  field("out_channels", out);
   if (out != -1) config.out_channels = out;
-  remat::detail::read_int(j, "context_in_dim", config.context_in_dim, kMageFlowComponent);
-  remat::detail::read_int(j, "patch_size", config.patch_size, kMageFlowComponent);
   config.validate();
   return config;
 }

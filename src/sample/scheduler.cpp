@@ -32,26 +32,28 @@ using Json = nlohmann::json;
   throw_value_error(std::string("[scheduler] ") + origin + ": " + what);
 }
 
-void read_number(const Json& j, const char* key, double& out, const std::string& origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!it->is_number()) {
-    fail(origin, std::string("config key '") + key + "' must be a number, got " + util::json_excerpt(*it));
-  }
-  out = it->get<double>();
-}
+// The keys of diffusers' FlowMatchEulerDiscreteScheduler.__init__ that remat implements
+// (Note [Config fields] in config_json.h); validate() checks their values, time_shift_type's
+// included ("exponential" or "linear").
+constexpr auto flow_match_scheduler_fields = [](auto& c, auto&& field) {
+  field("num_train_timesteps", c.num_train_timesteps);
+  field("shift", c.shift);
+  field("use_dynamic_shifting", c.use_dynamic_shifting);
+  field("base_shift", c.base_shift);
+  field("max_shift", c.max_shift);
+  field("base_image_seq_len", c.base_image_seq_len);
+  field("max_image_seq_len", c.max_image_seq_len);
+  field("time_shift_type", c.time_shift_type);
+};
 
 // Options of diffusers' scheduler that change the schedule and that no Flux config sets: remat
 // does not implement them, so a config that turns one on is refused rather than sampled wrongly.
-void reject_unsupported(const Json& j, const std::string& origin) {
+void reject_unsupported(const Json& j, const remat::detail::ConfigFieldReader& field, const std::string& origin) {
   for (const char* key : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "invert_sigmas",
                           "stochastic_sampling", "use_flow_sigmas"}) {
-    auto it = j.find(key);
-    if (it == j.end() || it->is_null()) continue;
-    if (!it->is_boolean()) {
-      fail(origin, std::string("config key '") + key + "' must be a boolean, got " + util::json_excerpt(*it));
-    }
-    if (it->get<bool>()) {
+    bool on = false;
+    field(key, on);
+    if (on) {
       fail(origin, std::string("config key '") + key +
                        "' is true; remat implements Flux's schedule only (dynamic or constant shift), where it "
                        "is false");
@@ -72,21 +74,9 @@ void reject_unsupported(const Json& j, const std::string& origin) {
 FlowMatchSchedulerConfig parse(const std::string& text, const std::string& origin) {
   const Json j = remat::detail::parse_config_json(text, kComponent);
   FlowMatchSchedulerConfig c;
-  remat::detail::read_int(j, "num_train_timesteps", c.num_train_timesteps, kComponent);
-  read_number(j, "shift", c.shift, origin);
-  remat::detail::read_bool(j, "use_dynamic_shifting", c.use_dynamic_shifting, kComponent);
-  read_number(j, "base_shift", c.base_shift, origin);
-  read_number(j, "max_shift", c.max_shift, origin);
-  remat::detail::read_int(j, "base_image_seq_len", c.base_image_seq_len, kComponent);
-  remat::detail::read_int(j, "max_image_seq_len", c.max_image_seq_len, kComponent);
-  auto it = j.find("time_shift_type");
-  if (it != j.end() && !it->is_null()) {
-    if (!it->is_string()) {
-      fail(origin, "config key 'time_shift_type' must be a string, got " + util::json_excerpt(*it));
-    }
-    c.time_shift_type = it->get<std::string>();
-  }
-  reject_unsupported(j, origin);
+  const remat::detail::ConfigFieldReader field(j, "[scheduler] " + origin + ": ");
+  flow_match_scheduler_fields(c, field);
+  reject_unsupported(j, field, origin);
   try {
     c.validate();
   } catch (const c10::ValueError& e) {

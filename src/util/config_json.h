@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/util/Exception.h>
@@ -74,40 +75,95 @@ inline bool is_int64(const nlohmann::json& v) {
          (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
 }
 
-/// Reads an integer field if present (and not null); wrong types raise a message naming the key.
-inline void read_int(const nlohmann::json& j, const char* key, int64_t& out, const char* component) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!is_int64(*it)) {
-    throw_value_error(std::string("[") + component + "] config key '" + key +
-                                "' must be an integer (64-bit), got " + util::json_excerpt(*it));
-  }
-  out = it->get<int64_t>();
-}
+// Note [Config fields]
+// Each config lists its config.json fields once, as a generic function of (config, field):
+//
+//   constexpr auto t5_fields = [](auto& c, auto&& field) {
+//     field("vocab_size", c.vocab_size);
+//     ...
+//   };
+//
+// Called with a mutable config and a ConfigFieldReader it reads the file, with a const config and
+// a ConfigFieldWriter it writes one, and same_fields compares two configs through the writer.
+// Special cases (defaults that depend on other keys, values that may be null or of two types,
+// keys that must be absent) stay by hand next to the list.
 
-inline void read_bool(const nlohmann::json& j, const char* key, bool& out, const char* component) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  if (!it->is_boolean()) {
-    throw_value_error(std::string("[") + component + "] config key '" + key +
-                                "' must be a boolean, got " + util::json_excerpt(*it));
-  }
-  out = it->get<bool>();
-}
+/// Reads fields of a parsed config.json object: an absent or null key leaves the field as it is
+/// (the config's default); a value of the wrong type raises `where` + "config key 'KEY' must be
+/// ..., got VALUE". `where` is the message prefix of the config ("[t5] ", "[vae] origin: ").
+class ConfigFieldReader {
+ public:
+  ConfigFieldReader(const nlohmann::json& j, std::string where) : j_(j), where_(std::move(where)) {}
 
-inline void read_int_list(const nlohmann::json& j, const char* key, std::vector<int64_t>& out,
-                          const char* component) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return;
-  bool ok = it->is_array();
-  if (ok) {
-    for (const auto& v : *it) ok = ok && is_int64(v);
+  /// Whether the file sets `key` (present and not null).
+  bool has(const char* key) const { return find(key) != nullptr; }
+
+  void operator()(const char* key, int64_t& out) const {
+    if (const nlohmann::json* v = find(key)) {
+      if (!is_int64(*v)) fail(key, "an integer (64-bit)", *v);
+      out = v->get<int64_t>();
+    }
   }
-  if (!ok) {
-    throw_value_error(std::string("[") + component + "] config key '" + key +
-                                "' must be a list of integers, got " + util::json_excerpt(*it));
+  void operator()(const char* key, double& out) const {
+    if (const nlohmann::json* v = find(key)) {
+      if (!v->is_number()) fail(key, "a number", *v);
+      out = v->get<double>();
+    }
   }
-  out = it->get<std::vector<int64_t>>();
+  void operator()(const char* key, bool& out) const {
+    if (const nlohmann::json* v = find(key)) {
+      if (!v->is_boolean()) fail(key, "a boolean", *v);
+      out = v->get<bool>();
+    }
+  }
+  void operator()(const char* key, std::string& out) const {
+    if (const nlohmann::json* v = find(key)) {
+      if (!v->is_string()) fail(key, "a string", *v);
+      out = v->get<std::string>();
+    }
+  }
+  void operator()(const char* key, std::vector<int64_t>& out) const {
+    if (const nlohmann::json* v = find(key)) {
+      bool ok = v->is_array();
+      if (ok) {
+        for (const auto& e : *v) ok = ok && is_int64(e);
+      }
+      if (!ok) fail(key, "a list of integers", *v);
+      out = v->get<std::vector<int64_t>>();
+    }
+  }
+
+ private:
+  const nlohmann::json* find(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  [[noreturn]] void fail(const char* key, const char* what, const nlohmann::json& value) const {
+    throw_value_error(where_ + "config key '" + key + "' must be " + what + ", got " + util::json_excerpt(value));
+  }
+
+  const nlohmann::json& j_;
+  std::string where_;
+};
+
+/// Writes fields into a config.json object (`j[key] = value`).
+struct ConfigFieldWriter {
+  nlohmann::json& j;
+  template <typename T>
+  void operator()(const char* key, const T& value) const {
+    j[key] = value;
+  }
+};
+
+/// Whether `a` and `b` agree on every field that `fields` lists (compared as written to JSON:
+/// integers, strings and booleans exactly, numbers as doubles).
+template <typename Config, typename Fields>
+bool same_fields(const Config& a, const Config& b, Fields&& fields) {
+  nlohmann::json ja = nlohmann::json::object();
+  nlohmann::json jb = nlohmann::json::object();
+  fields(a, ConfigFieldWriter{ja});
+  fields(b, ConfigFieldWriter{jb});
+  return ja == jb;
 }
 
 }  // namespace remat::detail

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -281,6 +282,80 @@ TEST_F(ClipTextModelTest, ConfigRoundTripsThroughJson) {
           "projection_dim": 768, "torch_dtype": "bfloat16", "transformers_version": "4.43.3", "vocab_size": 49408})",
       "flux");
   EXPECT_TRUE(flux == ClipTextConfig::clip_l());
+}
+
+// to_json's bytes, as transformers' CLIPTextConfig.to_json_string writes them (sorted keys).
+TEST_F(ClipTextModelTest, ConfigToJsonTextIsStable) {
+  EXPECT_EQ(ClipTextConfig::tiny().to_json(), R"({
+  "architectures": [
+    "CLIPTextModel"
+  ],
+  "attention_dropout": 0.0,
+  "bos_token_id": 730,
+  "dropout": 0.0,
+  "eos_token_id": 731,
+  "hidden_act": "quick_gelu",
+  "hidden_size": 32,
+  "initializer_factor": 1.0,
+  "initializer_range": 0.02,
+  "intermediate_size": 64,
+  "layer_norm_eps": 1e-05,
+  "max_position_embeddings": 77,
+  "model_type": "clip_text_model",
+  "num_attention_heads": 2,
+  "num_hidden_layers": 2,
+  "pad_token_id": 731,
+  "projection_dim": 32,
+  "vocab_size": 732
+}
+)");
+}
+
+// A config with every field away from clip_l() comes back equal, and == sees each field.
+TEST_F(ClipTextModelTest, ConfigEveryFieldRoundTripsAndCounts) {
+  ClipTextConfig c;
+  c.vocab_size = 100;
+  c.hidden_size = 48;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.max_position_embeddings = 16;
+  c.hidden_act = "gelu";
+  c.layer_norm_eps = 1e-6;
+  c.bos_token_id = 97;
+  c.eos_token_id = 98;
+  c.pad_token_id = 99;
+  c.projection_dim = 24;
+  EXPECT_TRUE(ClipTextConfig::from_json_text(c.to_json(), "round trip") == c);
+  const std::vector<void (*)(ClipTextConfig&)> changes = {
+      [](ClipTextConfig& x) { x.vocab_size += 1; },
+      [](ClipTextConfig& x) { x.hidden_size += 1; },
+      [](ClipTextConfig& x) { x.intermediate_size += 1; },
+      [](ClipTextConfig& x) { x.num_hidden_layers += 1; },
+      [](ClipTextConfig& x) { x.num_attention_heads += 1; },
+      [](ClipTextConfig& x) { x.max_position_embeddings += 1; },
+      [](ClipTextConfig& x) { x.hidden_act = "quick_gelu"; },
+      [](ClipTextConfig& x) { x.layer_norm_eps *= 2; },
+      [](ClipTextConfig& x) { x.bos_token_id += 1; },
+      [](ClipTextConfig& x) { x.eos_token_id += 1; },
+      [](ClipTextConfig& x) { x.pad_token_id += 1; },
+      [](ClipTextConfig& x) { x.projection_dim += 1; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    ClipTextConfig other = c;
+    changes[i](other);
+    EXPECT_FALSE(other == c) << "change " << i;
+  }
+}
+
+TEST_F(ClipTextModelTest, ConfigWrongTypesNameTheKey) {
+  using remat::testing::error_of;
+  EXPECT_EQ(error_of([] { ClipTextConfig::from_json_text(R"({"hidden_act": 1})", "'c.json'"); }),
+            "[clip] 'c.json': config key 'hidden_act' must be a string, got 1\n");
+  EXPECT_EQ(error_of([] { ClipTextConfig::from_json_text(R"({"layer_norm_eps": "1e-5"})", "'c.json'"); }),
+            "[clip] 'c.json': config key 'layer_norm_eps' must be a number, got \"1e-5\"\n");
+  EXPECT_EQ(error_of([] { ClipTextConfig::from_json_text(R"({"eos_token_id": 2.0})", "'c.json'"); }),
+            "[clip] 'c.json': config key 'eos_token_id' must be an integer (64-bit), got 2.0\n");
 }
 
 TEST_F(ClipTextModelTest, ConfigErrorsNameTheFileAndTheValue) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "remat/encoders/t5_config.h"
 #include "value_error.h"
@@ -87,6 +88,99 @@ TEST(T5Config, RoundTripsThroughToJson) {
     EXPECT_NE(text.find(R"("model_type": "t5")"), std::string::npos) << text;
     EXPECT_EQ(T5Config::from_json_text(text), c);
   }
+}
+
+// to_json's bytes, as transformers' to_json_string writes a T5Config (sorted keys, indent 2).
+TEST(T5Config, ToJsonTextIsStable) {
+  EXPECT_EQ(T5Config::tiny().to_json(), R"({
+  "architectures": [
+    "T5EncoderModel"
+  ],
+  "d_ff": 64,
+  "d_kv": 8,
+  "d_model": 32,
+  "decoder_start_token_id": 0,
+  "dense_act_fn": "gelu_new",
+  "dropout_rate": 0.1,
+  "eos_token_id": 1,
+  "feed_forward_proj": "gated-gelu",
+  "initializer_factor": 1.0,
+  "is_encoder_decoder": true,
+  "is_gated_act": true,
+  "layer_norm_epsilon": 1e-06,
+  "model_type": "t5",
+  "num_decoder_layers": 2,
+  "num_heads": 4,
+  "num_layers": 2,
+  "pad_token_id": 0,
+  "relative_attention_max_distance": 128,
+  "relative_attention_num_buckets": 32,
+  "tie_word_embeddings": false,
+  "use_cache": true,
+  "vocab_size": 216
+}
+)");
+}
+
+// A config with every field away from its default comes back equal, and == sees each field.
+TEST(T5Config, EveryFieldRoundTripsAndCounts) {
+  T5Config c;
+  c.vocab_size = 100;
+  c.d_model = 48;
+  c.d_kv = 12;
+  c.d_ff = 96;
+  c.num_layers = 3;
+  c.num_decoder_layers = 5;
+  c.num_heads = 4;
+  c.relative_attention_num_buckets = 16;
+  c.relative_attention_max_distance = 64;
+  c.layer_norm_epsilon = 1e-5;
+  c.dropout_rate = 0.0;
+  c.feed_forward_proj = "gated-relu";
+  c.dense_act_fn = "gelu";  // an explicit key that overrides the derived relu
+  c.is_gated_act = false;   // and the derived true
+  c.pad_token_id = 7;
+  c.eos_token_id = 9;
+  const T5Config back = T5Config::from_json_text(c.to_json());
+  EXPECT_EQ(back, c);
+  EXPECT_EQ(back.num_decoder_layers, 5);
+  EXPECT_EQ(back.dense_act_fn, "gelu");
+  EXPECT_FALSE(back.is_gated_act);
+  EXPECT_EQ(back.eos_token_id, 9);
+  const std::vector<void (*)(T5Config&)> changes = {
+      [](T5Config& x) { x.vocab_size += 1; },
+      [](T5Config& x) { x.d_model += 1; },
+      [](T5Config& x) { x.d_kv += 1; },
+      [](T5Config& x) { x.d_ff += 1; },
+      [](T5Config& x) { x.num_layers += 1; },
+      [](T5Config& x) { x.num_decoder_layers += 1; },
+      [](T5Config& x) { x.num_heads += 1; },
+      [](T5Config& x) { x.relative_attention_num_buckets += 1; },
+      [](T5Config& x) { x.relative_attention_max_distance += 1; },
+      [](T5Config& x) { x.layer_norm_epsilon *= 2; },
+      [](T5Config& x) { x.dropout_rate += 0.5; },
+      [](T5Config& x) { x.feed_forward_proj = "relu"; },
+      [](T5Config& x) { x.dense_act_fn = "relu"; },
+      [](T5Config& x) { x.is_gated_act = true; },
+      [](T5Config& x) { x.pad_token_id += 1; },
+      [](T5Config& x) { x.eos_token_id += 1; },
+  };
+  for (size_t i = 0; i < changes.size(); ++i) {
+    T5Config other = c;
+    changes[i](other);
+    EXPECT_FALSE(other == c) << "change " << i;
+  }
+  // Without num_decoder_layers the decoder mirrors the encoder (transformers' default).
+  EXPECT_EQ(T5Config::from_json_text(R"({"num_layers": 3, "num_decoder_layers": null})").num_decoder_layers, 3);
+}
+
+TEST(T5Config, WrongTypesNameTheKey) {
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"is_gated_act": "yes"})", "cfg.json"); }),
+            "[t5] cfg.json: config key 'is_gated_act' must be a boolean, got \"yes\"");
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"feed_forward_proj": 3})", "cfg.json"); }),
+            "[t5] cfg.json: config key 'feed_forward_proj' must be a string, got 3");
+  EXPECT_EQ(error_text([] { T5Config::from_json_text(R"({"num_decoder_layers": 2.5})", "cfg.json"); }),
+            "[t5] cfg.json: config key 'num_decoder_layers' must be an integer (64-bit), got 2.5");
 }
 
 TEST(T5Config, FromFileNamesTheFileInErrors) {

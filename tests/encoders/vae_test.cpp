@@ -308,6 +308,100 @@ TEST_F(VaeTest, ConfigJsonRoundTrips) {
   EXPECT_NE(listed.to_json().find("\"shift_factor\": null"), std::string::npos);
 }
 
+// to_json's bytes, as diffusers' ConfigMixin.to_json_string writes them (sorted keys).
+TEST_F(VaeTest, ConfigToJsonTextIsStable) {
+  EXPECT_EQ(AutoencoderKLConfig::tiny().to_json(), R"({
+  "_class_name": "AutoencoderKL",
+  "act_fn": "silu",
+  "block_out_channels": [
+    32,
+    64
+  ],
+  "down_block_types": [
+    "DownEncoderBlock2D",
+    "DownEncoderBlock2D"
+  ],
+  "force_upcast": true,
+  "in_channels": 3,
+  "latent_channels": 4,
+  "latents_mean": null,
+  "latents_std": null,
+  "layers_per_block": 1,
+  "mid_block_add_attention": true,
+  "norm_num_groups": 8,
+  "out_channels": 3,
+  "sample_size": 32,
+  "scaling_factor": 0.5,
+  "shift_factor": 0.25,
+  "up_block_types": [
+    "UpDecoderBlock2D",
+    "UpDecoderBlock2D"
+  ],
+  "use_post_quant_conv": true,
+  "use_quant_conv": true
+}
+)");
+}
+
+// Every field away from its default survives to_json and from_json_text.
+TEST_F(VaeTest, ConfigEveryFieldRoundTrips) {
+  AutoencoderKLConfig c;
+  c.in_channels = 4;
+  c.out_channels = 2;
+  c.block_out_channels = {16, 32, 48};
+  c.layers_per_block = 3;
+  c.latent_channels = 6;
+  c.norm_num_groups = 16;
+  c.act_fn = "gelu";
+  c.mid_block_add_attention = false;
+  c.use_quant_conv = false;
+  c.use_post_quant_conv = false;
+  c.scaling_factor = 0.75;
+  c.shift_factor = -0.5;
+  c.shift_factor_is_null = false;
+  c.force_upcast = false;
+  c.sample_size = {64, 96};
+  c.sample_size_is_list = true;
+  const auto back = AutoencoderKLConfig::from_json_text(c.to_json(), "round-trip");
+  EXPECT_EQ(back.to_json(), c.to_json());
+  EXPECT_EQ(back.in_channels, 4);
+  EXPECT_EQ(back.out_channels, 2);
+  EXPECT_EQ(back.block_out_channels, c.block_out_channels);
+  EXPECT_EQ(back.layers_per_block, 3);
+  EXPECT_EQ(back.latent_channels, 6);
+  EXPECT_EQ(back.norm_num_groups, 16);
+  EXPECT_EQ(back.act_fn, "gelu");
+  EXPECT_FALSE(back.mid_block_add_attention);
+  EXPECT_FALSE(back.use_quant_conv);
+  EXPECT_FALSE(back.use_post_quant_conv);
+  EXPECT_EQ(back.scaling_factor, 0.75);
+  EXPECT_EQ(back.shift_factor, -0.5);
+  EXPECT_FALSE(back.shift_factor_is_null);
+  EXPECT_FALSE(back.force_upcast);
+  EXPECT_EQ(back.sample_size, c.sample_size);
+  EXPECT_TRUE(back.sample_size_is_list);
+}
+
+TEST_F(VaeTest, ConfigWrongTypesNameTheKey) {
+  auto err = [](const std::string& text) {
+    return error_of([&] { AutoencoderKLConfig::from_json_text(text, "vae/config.json"); });
+  };
+  EXPECT_EQ(err(R"({"use_quant_conv": 0})"),
+            "[vae] vae/config.json: config key 'use_quant_conv' must be a boolean, got 0");
+  EXPECT_EQ(err(R"({"scaling_factor": "0.5"})"),
+            "[vae] vae/config.json: config key 'scaling_factor' must be a number, got \"0.5\"");
+  EXPECT_EQ(err(R"({"shift_factor": true})"),
+            "[vae] vae/config.json: config key 'shift_factor' must be a number, got true");
+  EXPECT_EQ(err(R"({"act_fn": ["silu"]})"),
+            "[vae] vae/config.json: config key 'act_fn' must be a string, got [\"silu\"]");
+  EXPECT_EQ(err(R"({"block_out_channels": [32, "64"]})"),
+            "[vae] vae/config.json: config key 'block_out_channels' must be a list of integers, got [32,\"64\"]");
+  EXPECT_EQ(err(R"({"sample_size": [32.5]})"),
+            "[vae] vae/config.json: config key 'sample_size' must be a list of integers, got [32.5]");
+  EXPECT_EQ(err(R"({"sample_size": "32"})"),
+            "[vae] vae/config.json: config key 'sample_size' must be an integer (64-bit), got \"32\"");
+}
+
 TEST_F(VaeTest, ConfigFromFileNamesTheFileInErrors) {
   remat::testing::TempDir dir;
   const std::string path = (dir.path() / "config.json").string();
@@ -339,7 +433,7 @@ TEST_F(VaeTest, ConfigErrorsNameTheOriginKeyAndValue) {
   EXPECT_EQ(err(R"({"block_out_channels": [32, 32, 32, 32, 32, 32, 32, 32, 32], "norm_num_groups": 32})"),
             "[vae] vae/config.json: block_out_channels must have 1 to 8 entries, got [32, 32, 32, 32, 32, 32, 32, 32, 32]");
   EXPECT_EQ(err(R"({"layers_per_block": "2"})"),
-            "[vae] vae/config.json: config key 'layers_per_block' must be an integer, got \"2\"");
+            "[vae] vae/config.json: config key 'layers_per_block' must be an integer (64-bit), got \"2\"");
   EXPECT_EQ(err(R"({"scaling_factor": 0})"),
             "[vae] vae/config.json: scaling_factor must be finite and non-zero, got 0.000000");
   EXPECT_EQ(err(R"({"down_block_types": ["DownBlock2D"]})"),

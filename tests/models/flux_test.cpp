@@ -228,6 +228,17 @@ TEST_F(FluxTest, ConfigFromDiffusersJson) {
   EXPECT_THROW(FluxConfig::preset("flux-huge"), c10::ValueError);
 }
 
+TEST_F(FluxTest, ConfigWrongTypesNameTheKey) {
+  using remat::testing::error_of;
+  EXPECT_EQ(error_of([] { FluxConfig::from_json_string(R"({"guidance_embeds": 1})"); }),
+            "[FluxConfig] config key 'guidance_embeds' must be a boolean, got 1\n");
+  EXPECT_EQ(error_of([] { FluxConfig::from_json_string(R"({"axes_dims_rope": 128})"); }),
+            "[FluxConfig] config key 'axes_dims_rope' must be a list of integers, got 128\n");
+  EXPECT_EQ(error_of([] { FluxConfig::from_json_string(R"({"out_channels": "64"})"); }),
+            "[FluxConfig] config key 'out_channels' must be an integer (64-bit), got \"64\"\n");
+  EXPECT_EQ(FluxConfig::from_json_string(R"({"out_channels": 16})").output_channels(), 16);
+}
+
 // A config.json from anywhere: sizes are bounded (remat/models/config_limits.h) before anything is
 // built, integers past int64 are refused, and a 100k-deep value is refused before parsing.
 TEST_F(FluxTest, ConfigJsonIsBounded) {

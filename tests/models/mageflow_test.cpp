@@ -14,6 +14,7 @@
 #include "remat/memory.h"
 #include "temp_dir.h"
 #include "test_paths.h"
+#include "value_error.h"
 
 namespace remat::models {
 namespace {
@@ -93,6 +94,17 @@ TEST_F(MageFlowTest, CountsAndKeys) {
     "theta": 10000, "qkv_bias": true, "rope_type": "msrope"})";
   EXPECT_EQ(parameter_count(MageFlowConfig::from_json(json)), 4115745408LL);
   EXPECT_THROW(MageFlowConfig::preset("mageflow-8b"), c10::ValueError);
+}
+
+TEST_F(MageFlowTest, ConfigWrongTypesNameTheKey) {
+  using remat::testing::error_of;
+  EXPECT_EQ(error_of([] { MageFlowConfig::from_json_string(R"({"depth": "12"})"); }),
+            "[MageFlowConfig] config key 'depth' must be an integer (64-bit), got \"12\"\n");
+  EXPECT_EQ(error_of([] { MageFlowConfig::from_json_string(R"({"axes_dim": [16, 56, 56.0]})"); }),
+            "[MageFlowConfig] config key 'axes_dim' must be a list of integers, got [16,56,56.0]\n");
+  EXPECT_EQ(error_of([] { MageFlowConfig::from_json_string(R"({"out_channels": true})"); }),
+            "[MageFlowConfig] config key 'out_channels' must be an integer (64-bit), got true\n");
+  EXPECT_EQ(MageFlowConfig::from_json_string(R"({"out_channels": 64})").output_channels(), 64);
 }
 
 TEST_F(MageFlowTest, MsropeTablesCentredWithFramePerImage) {

@@ -191,6 +191,27 @@ TEST(SchedulerTest, BadConfigsAreRefusedNamingTheKey) {
             std::string::npos);
 }
 
+TEST(SchedulerTest, WrongTypesNameTheKey) {
+  auto parse = [](const std::string& json) {
+    return error_of([&] { FlowMatchSchedulerConfig::from_json_string(json); });
+  };
+  EXPECT_EQ(parse(R"({"num_train_timesteps": 1000.5})"),
+            "[scheduler] config JSON: config key 'num_train_timesteps' must be an integer (64-bit), got 1000.5\n");
+  EXPECT_EQ(parse(R"({"use_dynamic_shifting": "true"})"),
+            "[scheduler] config JSON: config key 'use_dynamic_shifting' must be a boolean, got \"true\"\n");
+  EXPECT_EQ(parse(R"({"max_shift": null, "base_shift": [0.5]})"),
+            "[scheduler] config JSON: config key 'base_shift' must be a number, got [0.5]\n");
+  EXPECT_EQ(parse(R"({"time_shift_type": 1})"),
+            "[scheduler] config JSON: config key 'time_shift_type' must be a string, got 1\n");
+  EXPECT_EQ(parse(R"({"use_beta_sigmas": 0})"),
+            "[scheduler] config JSON: config key 'use_beta_sigmas' must be a boolean, got 0\n");
+  // Null keeps the default, false is Flux's value.
+  const auto c = FlowMatchSchedulerConfig::from_json_string(
+      R"({"shift": null, "use_karras_sigmas": false, "shift_terminal": null, "time_shift_type": "linear"})");
+  EXPECT_EQ(c.shift, 1.0);
+  EXPECT_EQ(c.time_shift_type, "linear");
+}
+
 TEST(SchedulerTest, BadArgumentsAreRefused) {
   const auto dev = FlowMatchSchedulerConfig::flux_dev();
   EXPECT_NE(error_of([&] { flow_match_schedule(dev, 0, 64); }).find("num_inference_steps"), std::string::npos);
