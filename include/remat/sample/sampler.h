@@ -41,7 +41,7 @@ struct SamplingSettings {
   /// Seed of the CPU generator the initial noise is drawn from (same seed, same picture).
   uint64_t seed = 0;
   /// Pixels per latent pixel of the VAE that decodes the result: 2^(len(block_out_channels) - 1),
-  /// 8 for FLUX.1's VAE (encoders::FluxEncoders::vae_scale_factor). FluxPipeline sizes the latent
+  /// 8 for FLUX.1's VAE (encoders::ImageAutoencoder::vae_scale_factor). FluxPipeline sizes the latent
   /// grid from it; width and height must also be multiples of 2 f.
   int64_t vae_scale_factor = 8;
 };
