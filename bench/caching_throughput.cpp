@@ -32,6 +32,7 @@
 #include "remat/encoders/autoencoder_kl.h"
 #include "remat/encoders/clip_text_model.h"
 #include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
 #include "remat/encoders/t5_encoder.h"
 #include "remat/memory.h"
 

@@ -32,12 +32,7 @@ using Json = nlohmann::json;
 using remat::detail::lower;
 
 using remat::detail::join;
-
-std::string join(const std::vector<int64_t>& values) {
-  std::string out;
-  for (int64_t v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
-  return "[" + out + "]";
-}
+using remat::detail::shape_text;
 
 // The keys of diffusers' models/autoencoders/autoencoder_kl.py (AutoencoderKL.__init__) read and
 // written as they are (Note [Config fields] in config_json.h). sample_size, shift_factor,
@@ -135,16 +130,16 @@ void AutoencoderKLConfig::validate(const std::string& origin) const {
   check_in_range(origin, "norm_num_groups", norm_num_groups, 1, kMaxVaeWidth);
   // 2^(n-1) must stay a sane integer; diffusers' Flux has 4 blocks.
   if (block_out_channels.empty() || block_out_channels.size() > 8) {
-    fail(origin, "block_out_channels must have 1 to 8 entries, got " + join(block_out_channels));
+    fail(origin, "block_out_channels must have 1 to 8 entries, got " + shape_text(block_out_channels));
   }
   for (int64_t b : block_out_channels) {
     if (b > kMaxVaeWidth) {
       fail(origin, "every block_out_channels entry must be at most " + std::to_string(kMaxVaeWidth) + ", got " +
-                       join(block_out_channels));
+                       shape_text(block_out_channels));
     }
     if (b < 1 || b % norm_num_groups != 0) {
       fail(origin, "every block_out_channels entry must be a positive multiple of norm_num_groups (" +
-                       std::to_string(norm_num_groups) + "), got " + join(block_out_channels));
+                       std::to_string(norm_num_groups) + "), got " + shape_text(block_out_channels));
     }
   }
   const auto& names = vae_activation_names();
@@ -158,7 +153,7 @@ void AutoencoderKLConfig::validate(const std::string& origin) const {
     fail(origin, "shift_factor must be finite, got " + std::to_string(shift_factor));
   }
   if (sample_size.empty() || sample_size.front() < 1) {
-    fail(origin, "sample_size must be a positive integer (or a list of them), got " + join(sample_size));
+    fail(origin, "sample_size must be a positive integer (or a list of them), got " + shape_text(sample_size));
   }
 }
 
