@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -47,9 +48,13 @@ HeaderWalk stb_header(const std::string& path, std::string_view bytes) {
     throw_value_error("[image] '" + path + "' is not a picture remat can read (" + stbi_failure_reason() +
                       "); readable: PNG, JPEG, WebP, BMP, TGA, GIF, PSD, HDR, PNM, PIC");
   }
+  // stbi_info reports a top-down BMP's height as the file stores it, negative (stb_image.h,
+  // stbi__bmp_info); the decoder uses its absolute value (stbi__bmp_load). Taken as it was, a
+  // negative height passed the pixel bound, and a 371-byte file decoded 20 x 16777204 pixels
+  // (found by fuzz_image), while every real top-down BMP was refused as damaged.
   HeaderWalk walk;
-  walk.width = width;
-  walk.height = height;
+  walk.width = std::abs(static_cast<int64_t>(width));
+  walk.height = std::abs(static_cast<int64_t>(height));
   return walk;
 }
 

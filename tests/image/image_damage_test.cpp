@@ -3,6 +3,9 @@
 // and none comes back half-decoded.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <vector>
+#include <cstdint>
+#include <array>
 
 #include "../temp_dir.h"
 #include "../value_error.h"
@@ -148,6 +151,57 @@ TEST(ImageDamage, HugeJpegIsRefusedFromItsHeader) {
       "[image] '" + (dir / "huge.jpg") + "' is 60000 x 60000 pixels; at most 67108864 pixels (8192 x 8192) are read";
   EXPECT_EQ(error_text([&] { read_image(dir / "huge.jpg"); }), expected);
   EXPECT_EQ(error_text([&] { read_image_info(dir / "huge.jpg"); }), expected);
+}
+
+// A 24-bit BMP of `width` x `height` pixels (BITMAPINFOHEADER), rows as given, written top-down
+// when `top_down` (the header's height negative, as the BMP format stores such files).
+std::string bmp_of(int32_t width, int32_t height, bool top_down, const std::vector<std::array<uint8_t, 3>>& rgb_rows) {
+  const auto le32 = [](std::string& out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  const auto le16 = [](std::string& out, uint16_t v) {
+    out += static_cast<char>(v & 0xFF);
+    out += static_cast<char>(v >> 8);
+  };
+  const uint32_t row_bytes = (static_cast<uint32_t>(width) * 3 + 3) / 4 * 4;
+  std::string pixels;
+  for (const auto& rgb : rgb_rows) {
+    std::string row;
+    for (int32_t x = 0; x < width; ++x) row += {static_cast<char>(rgb[2]), static_cast<char>(rgb[1]), static_cast<char>(rgb[0])};
+    row.resize(row_bytes, '\0');
+    pixels += row;
+  }
+  std::string out = "BM";
+  le32(out, 54 + static_cast<uint32_t>(pixels.size()));
+  le32(out, 0);
+  le32(out, 54);
+  le32(out, 40);
+  le32(out, static_cast<uint32_t>(width));
+  le32(out, static_cast<uint32_t>(top_down ? -height : height));
+  le16(out, 1);
+  le16(out, 24);
+  for (int i = 0; i < 6; ++i) le32(out, 0);  // no compression, sizes and palette unset
+  return out + pixels;
+}
+
+// A top-down BMP (negative height in its header, which stb's info call passes on as it is) reads
+// upright with its real size; one whose height is beyond the pixel bound is refused from its
+// header (it used to pass the bound as a negative number and decode for seconds: fuzz_image).
+TEST(ImageDamage, TopDownBmpHeightsAreTheirSize) {
+  TempDir dir;
+  write_bytes(dir / "top_down.bmp", bmp_of(2, 3, true, {{255, 0, 0}, {0, 255, 0}, {0, 0, 255}}));
+  const at::Tensor picture = read_image(dir / "top_down.bmp");
+  ASSERT_EQ(picture.sizes(), (std::vector<int64_t>{3, 2, 3}));
+  EXPECT_EQ(picture[0][1][0].item<int>(), 255);  // the first row stored is the top row
+  EXPECT_EQ(picture[2][0][2].item<int>(), 255);
+  const ImageInfo info = read_image_info(dir / "top_down.bmp");
+  EXPECT_EQ(info.width, 2);
+  EXPECT_EQ(info.height, 3);
+  write_bytes(dir / "tall.bmp", bmp_of(20, 16777204, true, {{1, 2, 3}}));
+  const std::string expected = "[image] '" + (dir / "tall.bmp") +
+                               "' is 20 x 16777204 pixels; at most 67108864 pixels (8192 x 8192) are read";
+  EXPECT_EQ(error_text([&] { read_image(dir / "tall.bmp"); }), expected);
+  EXPECT_EQ(error_text([&] { read_image_info(dir / "tall.bmp"); }), expected);
 }
 
 }  // namespace image_damage_test
