@@ -35,6 +35,11 @@ double max_rel_err(const at::Tensor& a, const at::Tensor& b) {
   return ((x - y).abs().max() / y.abs().max().clamp_min(1e-300)).item<double>();
 }
 
+// The error reading config text as if from vae/config.json.
+std::string err(const std::string& text) {
+  return error_of([&] { AutoencoderKLConfig::from_json_text(text, "vae/config.json"); });
+}
+
 class VaeTest : public ::testing::Test {
  protected:
   void SetUp() override { torch::manual_seed(20261203); }
@@ -383,9 +388,6 @@ TEST_F(VaeTest, ConfigEveryFieldRoundTrips) {
 }
 
 TEST_F(VaeTest, ConfigWrongTypesNameTheKey) {
-  auto err = [](const std::string& text) {
-    return error_of([&] { AutoencoderKLConfig::from_json_text(text, "vae/config.json"); });
-  };
   EXPECT_EQ(err(R"({"use_quant_conv": 0})"),
             "[vae] vae/config.json: config key 'use_quant_conv' must be a boolean, got 0");
   EXPECT_EQ(err(R"({"scaling_factor": "0.5"})"),
@@ -413,9 +415,6 @@ TEST_F(VaeTest, ConfigFromFileNamesTheFileInErrors) {
 }
 
 TEST_F(VaeTest, ConfigErrorsNameTheOriginKeyAndValue) {
-  auto err = [](const std::string& text) {
-    return error_of([&] { AutoencoderKLConfig::from_json_text(text, "vae/config.json"); });
-  };
   EXPECT_EQ(err(R"({"act_fn": "tanh"})"),
             "[vae] vae/config.json: act_fn must be one of silu, swish, mish, gelu, relu, got 'tanh'");
   EXPECT_EQ(err(R"({"block_out_channels": [], "down_block_types": [], "up_block_types": []})"),
