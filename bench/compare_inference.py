@@ -15,12 +15,24 @@ start of the work, so weights and input are not counted.
       --cases vae-encode:256:fp32,vae-encode:512:fp32,vae-encode:512:bf16,vae-decode:256:fp32,vae-decode:512:fp32 \\
       --rounds 3 --markdown inference.md
 
-A case is <vae-encode|vae-decode|denoise|denoise-cfg>:<image side in pixels>:<fp32|bf16>. The VAE is FLUX.1's
-(diffusers' AutoencoderKL with FLUX.1-dev's vae/config.json); `denoise` is FluxPipeline's loop
-(output_type="latent", 4 steps, guidance 3.5, seed 0) on a wide test transformer (WIDE_TRANSFORMER:
-FLUX.1's layout at a quarter of its width, 2 + 4 blocks) with FLUX.1-dev's scheduler and random
-prompt embeddings; `denoise-cfg` adds a negative prompt and true CFG (true_cfg_scale 4). All weights
-are random.
+A case is <work>:<size>:<fp32|bf16>. All weights are random.
+  vae-encode, vae-decode      FLUX.1's VAE (diffusers' AutoencoderKL with FLUX.1-dev's vae/config.json);
+                              size: the picture's side in pixels (decode: the latents of that picture)
+  vae-encode-tiled,           the same with enable_tiling() and tiles of TILE_SAMPLE pixels (FLUX.1's own
+  vae-decode-tiled            tiles are 1024 pixels, too large to tile on a CPU)
+  clip                        CLIPTextModel with FLUX.1-dev's text_encoder/config.json (CLIP-L); size:
+                              tokens (77 is FluxPipeline's); output: last_hidden_state and pooler_output
+  t5                          T5EncoderModel at T5-v1.1-XXL's width (FLUX.1-dev's text_encoder_2) with
+                              T5_BLOCKS of its 24 blocks; size: tokens (512 is FLUX.1-dev's limit)
+  denoise, denoise-cfg        FluxPipeline's loop (output_type="latent", 4 steps, guidance 3.5, seed 0) on
+                              a wide test transformer (WIDE_TRANSFORMER: FLUX.1's layout at a quarter of its
+                              width, 2 + 4 blocks) with FLUX.1-dev's scheduler and random prompt
+                              embeddings; size: the picture's side; denoise-cfg adds a negative prompt and
+                              true CFG (true_cfg_scale 4)
+  lora-merge                  a PEFT-format LoRA of rank `size` on every attention and feed-forward Linear
+                              of the wide transformer, read and merged into its weights (diffusers:
+                              load_lora_weights, fuse_lora, unload_lora_weights; needs peft); output:
+                              the adapted weights, gathered after the measurement
 """
 
 import argparse
@@ -53,6 +65,27 @@ FLUX_SCHEDULER_CONFIG = dict(
     base_image_seq_len=256, max_image_seq_len=4096)
 DENOISE_STEPS = 4
 TEXT_TOKENS = 128
+# FLUX.1-dev text_encoder/config.json (CLIP-L's text tower).
+CLIP_L_CONFIG = dict(
+    hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+    max_position_embeddings=77, vocab_size=49408, hidden_act="quick_gelu", projection_dim=768,
+    layer_norm_eps=1e-5, bos_token_id=0, eos_token_id=2, pad_token_id=1)
+# FLUX.1-dev text_encoder_2/config.json (T5-v1.1-XXL's encoder), cut to T5_BLOCKS blocks: every block
+# has the same shape, so time and memory per block are those of the full model.
+T5_BLOCKS = 2
+T5_XXL_CONFIG = dict(
+    d_model=4096, d_kv=64, d_ff=10240, num_heads=64, num_layers=T5_BLOCKS, feed_forward_proj="gated-gelu",
+    vocab_size=32128, relative_attention_num_buckets=32, relative_attention_max_distance=128,
+    layer_norm_epsilon=1e-6, tie_word_embeddings=False)
+# VAE tiles for the tiled cases: diffusers' tile_sample_min_size / tile_latent_min_size / tile_overlap_factor.
+TILE_SAMPLE = 128
+TILE_OVERLAP = 0.25
+# The modules a lora-merge LoRA adapts: every Linear of the blocks' attention and feed-forward.
+LORA_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj", "attn.add_k_proj",
+                "attn.add_v_proj", "attn.to_add_out", "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj",
+                "ff_context.net.2", "proj_mlp", "proj_out")
+WORKS = ("vae-encode", "vae-decode", "vae-encode-tiled", "vae-decode-tiled", "clip", "t5", "denoise", "denoise-cfg",
+         "lora-merge")
 
 
 def status_bytes(key):
@@ -63,20 +96,61 @@ def status_bytes(key):
     return -1
 
 
+def tile_geometry(work_dir):
+    with open(os.path.join(work_dir, "case.json")) as f:
+        return json.load(f)
+
+
+def adapted_weights(named_modules, names):
+    """The weights of the adapted Linear layers, flattened in the order of their sorted names."""
+    import torch
+    return torch.cat([named_modules[name].weight.detach().flatten() for name in sorted(names)])
+
+
 def diffusers_case(work_dir, work, dtype, side):
     """Loads what `work` needs and returns the function that does it."""
     import torch
     from safetensors.torch import load_file
-    inputs = load_file(os.path.join(work_dir, "input.safetensors"))
+    input_path = os.path.join(work_dir, "input.safetensors")
+    inputs = load_file(input_path) if os.path.exists(input_path) else {}
     if work.startswith("vae-"):
         from diffusers import AutoencoderKL
         vae = AutoencoderKL.from_pretrained(os.path.join(work_dir, "vae"), torch_dtype=dtype).eval()
+        if work.endswith("-tiled"):
+            vae.enable_tiling()
+            geometry = tile_geometry(work_dir)
+            vae.tile_sample_min_size = geometry["tile_sample_min_size"]
+            vae.tile_latent_min_size = geometry["tile_latent_min_size"]
+            vae.tile_overlap_factor = geometry["tile_overlap_factor"]
         x = inputs["input"].to(dtype)
-        if work == "vae-encode":
+        if work.startswith("vae-encode"):
             return lambda: vae.encode(x).latent_dist.mean
         return lambda: vae.decode(x).sample
+    if work == "clip":
+        from transformers import CLIPTextModel
+        model = CLIPTextModel.from_pretrained(os.path.join(work_dir, "text_encoder"), dtype=dtype).eval()
+
+        def run_clip():
+            out = model(inputs["input_ids"], output_hidden_states=False)
+            return torch.cat([out.last_hidden_state.flatten(), out.pooler_output.flatten()])
+        return run_clip
+    if work == "t5":
+        from transformers import T5EncoderModel
+        model = T5EncoderModel.from_pretrained(os.path.join(work_dir, "text_encoder_2"), dtype=dtype).eval()
+        return lambda: model(inputs["input_ids"], output_hidden_states=False)[0]
     from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     transformer = FluxTransformer2DModel.from_pretrained(os.path.join(work_dir, "transformer"), torch_dtype=dtype)
+    if work == "lora-merge":
+        pipe = FluxPipeline(scheduler=None, vae=None, text_encoder=None, tokenizer=None, text_encoder_2=None,
+                            tokenizer_2=None, transformer=transformer.eval())
+        names = lora_module_names(transformer)
+
+        def run_merge():
+            pipe.load_lora_weights(os.path.join(work_dir, "lora.safetensors"))
+            pipe.fuse_lora()
+            pipe.unload_lora_weights()
+            return lambda: adapted_weights(dict(transformer.named_modules()), names)
+        return run_merge
     scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(os.path.join(work_dir, "scheduler"))
     pipe = FluxPipeline(scheduler=scheduler, vae=None, text_encoder=None, tokenizer=None, text_encoder_2=None,
                         tokenizer_2=None, transformer=transformer.eval())
@@ -90,6 +164,12 @@ def diffusers_case(work_dir, work, dtype, side):
                        true_cfg_scale=4.0, generator=torch.Generator().manual_seed(0), output_type="latent").images
         return FluxPipeline._unpack_latents(latents, side, side, 8)[0]
     return run
+
+
+def lora_module_names(transformer):
+    """The Linear layers a lora-merge LoRA adapts, in the transformer's module order."""
+    return [name for name, _ in transformer.named_modules()
+            if any(name.endswith("." + target) for target in LORA_TARGETS)]
 
 
 def run_diffusers(work_dir, work, dtype_name, side, threads, pytrack):
@@ -115,18 +195,46 @@ def run_diffusers(work_dir, work, dtype_name, side, threads, pytrack):
         seconds = time.perf_counter() - start
         tracked = track.remat_peak_bytes() - start_bytes
         rss = status_bytes("VmHWM") - rss_start
+        if callable(out):  # a work whose result is the model itself: gathered after the measurement
+            out = out()
     save_file({"output": out.float().contiguous()}, os.path.join(work_dir, "output_diffusers.safetensors"))
     print(json.dumps({"seconds": seconds, "tracked_peak": tracked, "rss_peak": rss}))
 
 
-def prepare(work_dir, work, side, seed=0):
-    """Random weights and inputs for `work`, in diffusers' layout."""
+def prepare(work_dir, work, size, seed=0):
+    """Random weights and inputs for `work`, in diffusers' (transformers') layout."""
     import torch
     from safetensors.torch import save_file
     torch.manual_seed(seed)
-    if work.startswith("denoise"):
+    if work in ("clip", "t5"):
+        from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+        if work == "clip":
+            model, folder = CLIPTextModel(CLIPTextConfig(**CLIP_L_CONFIG)), "text_encoder"
+        else:
+            model, folder = T5EncoderModel(T5Config(**T5_XXL_CONFIG)), "text_encoder_2"
+        model.save_pretrained(os.path.join(work_dir, folder))
+        if work == "clip":
+            # Framed as CLIP's tokenizer frames a caption: <|startoftext|>, words, <|endoftext|> padded
+            # to the end (the legacy pooled rule of eos_token_id 2 takes the first 49407).
+            ids = torch.randint(0, 49406, (1, size))
+            ids[0, 0], ids[0, size // 2:] = 49406, 49407
+        else:
+            ids = torch.randint(0, model.config.vocab_size, (1, size))
+        save_file({"input_ids": ids}, os.path.join(work_dir, "input.safetensors"))
+        return
+    if work.startswith("denoise") or work == "lora-merge":
         from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
-        FluxTransformer2DModel(**WIDE_TRANSFORMER).save_pretrained(os.path.join(work_dir, "transformer"))
+        transformer = FluxTransformer2DModel(**WIDE_TRANSFORMER)
+        transformer.save_pretrained(os.path.join(work_dir, "transformer"))
+        if work == "lora-merge":
+            lora = {}
+            modules = dict(transformer.named_modules())
+            for name in lora_module_names(transformer):
+                linear = modules[name]
+                lora["transformer.%s.lora_A.weight" % name] = torch.randn(size, linear.in_features) / linear.in_features
+                lora["transformer.%s.lora_B.weight" % name] = torch.randn(linear.out_features, size) / size
+            save_file(lora, os.path.join(work_dir, "lora.safetensors"))
+            return
         FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG).save_pretrained(os.path.join(work_dir, "scheduler"))
         embeds = {}
         for prefix in ("", "negative_"):
@@ -136,10 +244,15 @@ def prepare(work_dir, work, side, seed=0):
         return
     from diffusers import AutoencoderKL
     AutoencoderKL(**FLUX_VAE_CONFIG).save_pretrained(os.path.join(work_dir, "vae"), safe_serialization=True)
-    if work == "vae-encode":
-        x = torch.rand(1, 3, side, side) * 2 - 1
+    downsampling = 2 ** (len(FLUX_VAE_CONFIG["block_out_channels"]) - 1)
+    if work.endswith("-tiled"):
+        with open(os.path.join(work_dir, "case.json"), "w") as f:
+            json.dump({"tile_sample_min_size": TILE_SAMPLE, "tile_latent_min_size": TILE_SAMPLE // downsampling,
+                       "tile_overlap_factor": TILE_OVERLAP}, f)
+    if work.startswith("vae-encode"):
+        x = torch.rand(1, 3, size, size) * 2 - 1
     else:
-        x = torch.randn(1, FLUX_VAE_CONFIG["latent_channels"], side // 8, side // 8)
+        x = torch.randn(1, FLUX_VAE_CONFIG["latent_channels"], size // downsampling, size // downsampling)
     save_file({"input": x.contiguous()}, os.path.join(work_dir, "input.safetensors"))
 
 
@@ -167,8 +280,10 @@ def mib(count):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default="build-pytorch", help="remat build folder with bench programs")
-    parser.add_argument("--cases", default="vae-encode:256:fp32,vae-encode:512:fp32,vae-encode:512:bf16,"
-                                           "vae-decode:256:fp32,vae-decode:512:fp32,denoise:256:fp32,denoise-cfg:256:fp32")
+    parser.add_argument("--cases", default="vae-encode:256:fp32,vae-encode:512:fp32,vae-decode:256:fp32,"
+                                           "vae-decode:512:fp32,vae-encode-tiled:384:fp32,vae-decode-tiled:256:fp32,"
+                                           "clip:77:fp32,t5:512:fp32,denoise:256:fp32,denoise-cfg:256:fp32,"
+                                           "lora-merge:16:fp32")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--markdown", help="also write the table to this file")
@@ -187,15 +302,15 @@ def main():
     with tempfile.TemporaryDirectory() as root:
         for case in args.cases.split(","):
             work, side, dtype = case.split(":")
-            if work not in ("vae-encode", "vae-decode", "denoise", "denoise-cfg") or dtype not in ("fp32", "bf16"):
-                raise SystemExit("a case is <vae-encode|vae-decode|denoise|denoise-cfg>:<side>:<fp32|bf16>, got %r"
-                                 % case)
+            if work not in WORKS or dtype not in ("fp32", "bf16") or not side.isdigit():
+                raise SystemExit("a case is <%s>:<size>:<fp32|bf16>, got %r" % ("|".join(WORKS), case))
             work_dir = os.path.join(root, case.replace(":", "-"))
             os.makedirs(work_dir)
             prepare(work_dir, work, int(side))
             remat_cmd = [remat_bin, work_dir, work, dtype, str(args.threads)]
             if work.startswith("denoise"):
                 remat_cmd += [side, str(DENOISE_STEPS)]
+
             py_cmd = [sys.executable, os.path.abspath(__file__), "--threads", str(args.threads),
                       "--worker", work_dir, work, dtype, side, pytrack]
             runs = {"remat": [], "diffusers": []}

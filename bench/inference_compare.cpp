@@ -1,30 +1,47 @@
 // remat's side of bench/compare_inference.py: one inference case on weights and an input that the
 // script wrote in diffusers' layout, timed and measured the way the script measures diffusers.
 //
-// usage: inference_compare <work_dir> <vae-encode|vae-decode|denoise|denoise-cfg> <fp32|bf16> <threads> [side steps]
+// usage: inference_compare <work_dir> <work> <fp32|bf16> <threads> [side steps]
 //   vae-*:   reads <work_dir>/vae/ (config.json, diffusion_pytorch_model.safetensors) and
-//            <work_dir>/input.safetensors ("input": the image, or the latents to decode)
+//            <work_dir>/input.safetensors ("input": the image, or the latents to decode); the
+//            -tiled works tile with <work_dir>/case.json's tile_sample_min_size,
+//            tile_latent_min_size and tile_overlap_factor
+//   clip:    reads <work_dir>/text_encoder/ and "input_ids"; the output is last_hidden_state and
+//            pooler_output, flattened and concatenated
+//   t5:      reads <work_dir>/text_encoder_2/ and "input_ids"; the output is last_hidden_state
 //   denoise: reads <work_dir>/transformer/, <work_dir>/scheduler/scheduler_config.json and
 //            <work_dir>/input.safetensors ("prompt_embeds", "pooled_prompt_embeds"); runs
 //            FluxPipeline's loop for a side x side picture in `steps` steps, seed 0, guidance 3.5;
 //            denoise-cfg adds "negative_prompt_embeds", "negative_pooled_prompt_embeds" and true CFG 4
+//   lora-merge: reads <work_dir>/transformer/ and <work_dir>/lora.safetensors, reads the LoRA and
+//            merges it (scale 1); the output is the adapted Linear weights, flattened in the
+//            order of their sorted names
 //   writes <work_dir>/output_remat.safetensors ("output": the posterior mean, the picture, or the
 //          final latents unpacked to (C, side / 8, side / 8))
 //   prints one JSON line: seconds, tracked_peak (remat's CPU allocator, bytes above the start of
 //          the work: weights and input excluded), rss_peak (VmHWM above the RSS at the start)
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "remat/encoders/autoencoder_kl.h"
 #include "remat/encoders/autoencoder_kl_config.h"
+#include "remat/encoders/clip_text_model.h"
+#include "remat/encoders/t5_encoder.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/models/flux.h"
+#include "remat/models/lora_formats.h"
 #include "remat/sample/flux_sampler.h"
 #include "remat/sample/scheduler.h"
 #include "remat/threads.h"
@@ -48,14 +65,81 @@ void reset_rss_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
 // The work of one case, with its weights and inputs loaded before `measure` starts.
 struct Case {
   std::function<at::Tensor()> run;
+  // For a work whose result is the model itself (lora-merge): gathers the output after the measurement.
+  std::function<at::Tensor()> output;
 };
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The .safetensors files of a folder, sorted (one file or the shards of one checkpoint).
+std::vector<std::string> safetensors_in(const std::string& folder) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
 
 Case vae_case(const std::string& dir, const std::string& work, at::ScalarType dtype) {
   const auto config = remat::encoders::AutoencoderKLConfig::from_file(dir + "/vae/config.json");
   auto vae = remat::encoders::load_autoencoder_kl(dir + "/vae/diffusion_pytorch_model.safetensors", config, dtype);
+  if (ends_with(work, "-tiled")) {
+    const auto geometry = nlohmann::json::parse(std::ifstream(dir + "/case.json"));
+    vae->set_tiling(true);
+    vae->set_tile_geometry({geometry.at("tile_sample_min_size").get<int64_t>(),
+                            geometry.at("tile_latent_min_size").get<int64_t>(),
+                            geometry.at("tile_overlap_factor").get<double>()});
+  }
   const at::Tensor input = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input", dtype);
-  if (work == "vae-encode") return {[vae, input] { return vae.ptr()->encode(input).mean; }};
+  if (work.rfind("vae-encode", 0) == 0) return {[vae, input] { return vae.ptr()->encode(input).mean; }};
   return {[vae, input] { return vae.ptr()->decode(input); }};
+}
+
+Case clip_case(const std::string& dir, at::ScalarType dtype) {
+  const auto config = remat::encoders::ClipTextConfig::from_file(dir + "/text_encoder/config.json");
+  auto model = remat::encoders::load_clip_text_model(safetensors_in(dir + "/text_encoder"), config, dtype);
+  const at::Tensor ids = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input_ids");
+  return {[model, ids] {
+    const auto out = model.ptr()->forward(ids);
+    return at::cat({out.last_hidden_state.flatten(), out.pooled_output.flatten()});
+  }};
+}
+
+Case t5_case(const std::string& dir, at::ScalarType dtype) {
+  const auto config = remat::encoders::T5Config::from_file(dir + "/text_encoder_2/config.json");
+  std::vector<remat::io::SafetensorsFile> files;
+  for (const auto& path : safetensors_in(dir + "/text_encoder_2")) files.push_back(remat::io::SafetensorsFile::open(path));
+  auto model = remat::encoders::load_t5_encoder(files, config, dtype);
+  const at::Tensor ids = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input_ids");
+  return {[model, ids] { return model.ptr()->forward(ids); }};
+}
+
+Case lora_merge_case(const std::string& dir, at::ScalarType dtype) {
+  remat::train::TransformerSpec spec;
+  spec.family = "flux";
+  spec.config_json = dir + "/transformer/config.json";
+  spec.weights = dir + "/transformer";
+  spec.dtype = dtype;
+  std::shared_ptr<remat::train::Transformer> model = remat::train::load_transformer_with_loras(spec, {}, {});
+  const std::string lora_path = dir + "/lora.safetensors";
+  auto adapted_modules = std::make_shared<std::vector<std::string>>();
+  auto merge = [model, lora_path, adapted_modules] {
+    const remat::models::LoraFile lora = remat::models::read_lora_file(lora_path);
+    remat::models::merge_lora(model->module(), lora, 1.0);
+    for (const auto& entry : lora.modules) adapted_modules->push_back(entry.first);
+    return at::Tensor();
+  };
+  auto gather = [model, adapted_modules] {
+    std::map<std::string, at::Tensor> weights;
+    for (const auto& item : model->module().named_parameters()) weights[item.key()] = item.value();
+    std::vector<at::Tensor> adapted;
+    for (const auto& name : *adapted_modules) adapted.push_back(weights.at(name + ".weight").flatten());
+    return at::cat(adapted);
+  };
+  return {merge, gather};
 }
 
 Case denoise_case(const std::string& dir, at::ScalarType dtype, int64_t side, int64_t steps, bool cfg) {
@@ -92,8 +176,8 @@ Case denoise_case(const std::string& dir, at::ScalarType dtype, int64_t side, in
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 7) {
-    std::fprintf(stderr, "usage: inference_compare <work_dir> <vae-encode|vae-decode|denoise|denoise-cfg> <fp32|bf16> "
-                         "<threads> [side steps]\n");
+    std::fprintf(stderr, "usage: inference_compare <work_dir> <vae-encode[-tiled]|vae-decode[-tiled]|clip|t5|denoise|"
+                         "denoise-cfg|lora-merge> <fp32|bf16> <threads> [side steps]\n");
     return 2;
   }
   const std::string dir = argv[1], work = argv[2], dtype_name = argv[3];
@@ -101,17 +185,31 @@ int main(int argc, char** argv) {
   remat::set_cpu_threads(std::stoll(argv[4]));
   const at::ScalarType dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
   torch::NoGradGuard no_grad;
-  const bool denoise = work == "denoise" || work == "denoise-cfg";
-  const Case c = denoise ? denoise_case(dir, dtype, std::stoll(argv[5]), std::stoll(argv[6]), work == "denoise-cfg")
-                         : vae_case(dir, work, dtype);
+  Case c;
+  if (work == "denoise" || work == "denoise-cfg") {
+    if (argc != 7) throw std::invalid_argument(work + " needs <side> <steps>");
+    c = denoise_case(dir, dtype, std::stoll(argv[5]), std::stoll(argv[6]), work == "denoise-cfg");
+  } else if (work == "clip") {
+    c = clip_case(dir, dtype);
+  } else if (work == "t5") {
+    c = t5_case(dir, dtype);
+  } else if (work == "lora-merge") {
+    c = lora_merge_case(dir, dtype);
+  } else if (work.rfind("vae-", 0) == 0) {
+    c = vae_case(dir, work, dtype);
+  } else {
+    std::fprintf(stderr, "unknown work '%s'\n", work.c_str());
+    return 2;
+  }
 
   reset_rss_peak();
   const int64_t rss_start = status_bytes("VmRSS");
   remat::memory::PeakScope scope;
   const auto start = std::chrono::steady_clock::now();
-  const at::Tensor output = c.run();
+  at::Tensor output = c.run();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t tracked = scope.peak_delta(), rss = status_bytes("VmHWM") - rss_start;
+  if (c.output) output = c.output();
 
   remat::io::save_safetensors(dir + "/output_remat.safetensors", {{"output", output.to(at::kFloat)}});
   std::printf("{\"seconds\": %.6f, \"tracked_peak\": %lld, \"rss_peak\": %lld}\n", seconds,

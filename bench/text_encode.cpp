@@ -50,8 +50,8 @@ Row bench_clip(at::ScalarType dtype, int repeats) {
   encoders::write_tiny_clip_tokenizer(dir.string());
   const auto tokenizer = encoders::ClipTokenizer::from_directory(dir.string());
   std::filesystem::remove_all(dir);
-  std::vector<int64_t> ids(77, encoders::kClipLegacyEndOfTextId);
-  ids[0] = encoders::kClipLegacyEndOfTextId - 1;
+  std::vector<int64_t> ids(77, 49407);
+  ids[0] = 49406;
   const auto content = tokenizer.content_ids(kCaption);
   for (size_t i = 0; i < content.size() && i < 75; ++i) ids[i + 1] = content[i];
   const auto input = torch::tensor(ids, at::kLong).view({1, 77});

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "remat/encoders/activations.h"
 #include "remat/encoders/clip_text_model.h"
 #include "remat/util/error.h"
 #include "remat/io/safetensors.h"
+#include "python_number.h"
 
 namespace remat::encoders {
 
@@ -27,15 +29,22 @@ ClipAttentionImpl::ClipAttentionImpl(const ClipTextConfig& config)
 at::Tensor ClipAttentionImpl::forward(const at::Tensor& x, const at::Tensor& additive_mask) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   auto heads = [&](const at::Tensor& t) { return t.view({B, L, num_heads_, head_dim_}).transpose(1, 2); };
-  const at::Tensor q = heads(q_proj(x));
-  const at::Tensor k = heads(k_proj(x));
-  const at::Tensor v = heads(v_proj(x));
-  // The scale multiplies the product (eager_attention_forward), not q; the softmax runs in fp32
-  // and is cast back before the product with v.
-  at::Tensor scores = at::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  if (additive_mask.defined()) scores = scores + additive_mask;
-  const at::Tensor weights = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
-  const at::Tensor out = at::matmul(weights, v).transpose(1, 2).reshape({B, L, D});
+  // Each intermediate is dropped as soon as the next exists: q and k with the scores, the scores
+  // with the softmax, the softmax with its product with v.
+  at::Tensor weights;
+  {
+    // The scale multiplies the product (eager_attention_forward), not q; the scale and the mask are
+    // applied in place (the product is not saved for backward by matmul, nor by either op; the
+    // scale as Python passes it, see python_number.h). The softmax runs in fp32 and is cast back
+    // before the product with v.
+    at::Tensor scores = at::matmul(heads(q_proj(x)), heads(k_proj(x)).transpose(-1, -2));
+    scores.mul_(detail::python_number(1.0 / std::sqrt(static_cast<double>(head_dim_))));
+    if (additive_mask.defined()) scores.add_(additive_mask);
+    weights = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
+  }
+  at::Tensor out = at::matmul(weights, heads(v_proj(x)));
+  weights.reset();
+  out = out.transpose(1, 2).reshape({B, L, D});
   return out_proj(out);
 }
 
@@ -45,8 +54,9 @@ ClipMlpImpl::ClipMlpImpl(const ClipTextConfig& config) : quick_gelu_(config.hidd
 }
 
 at::Tensor ClipMlpImpl::forward(const at::Tensor& x) {
-  const at::Tensor h = fc1(x);
-  return fc2(quick_gelu_ ? quick_gelu(h) : at::gelu(h));
+  // fc1's output is handed to the activation, which frees it (or computes in it) before fc2.
+  at::Tensor h = quick_gelu_ ? quick_gelu_consuming(fc1(x)) : at::gelu(fc1(x));
+  return fc2(h);
 }
 
 ClipEncoderLayerImpl::ClipEncoderLayerImpl(const ClipTextConfig& config) {
@@ -57,9 +67,15 @@ ClipEncoderLayerImpl::ClipEncoderLayerImpl(const ClipTextConfig& config) {
   layer_norm2 = register_module("layer_norm2", torch::nn::LayerNorm(norm));
 }
 
-at::Tensor ClipEncoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& additive_mask) {
-  const at::Tensor h = x + self_attn->forward(layer_norm1(x), additive_mask);
-  return h + mlp->forward(layer_norm2(h));
+at::Tensor ClipEncoderLayerImpl::forward(at::Tensor x, const at::Tensor& additive_mask) {
+  // The residual sums go into the branch outputs (new tensors that nothing saves for backward), so
+  // no third activation is allocated; x + a and a + x round alike. Given the only reference to x
+  // (ClipEncoderImpl moves it in), the layer frees it once the first sum holds it.
+  at::Tensor h = self_attn->forward(layer_norm1(x), additive_mask);
+  h.add_(x);
+  x.reset();
+  at::Tensor out = mlp->forward(layer_norm2(h));
+  return out.add_(h);
 }
 
 at::Tensor clip_causal_mask(int64_t length, at::ScalarType dtype, const at::Device& device) {
@@ -92,18 +108,20 @@ ClipEncoderImpl::ClipEncoderImpl(const ClipTextConfig& config) {
 }
 
 at::Tensor ClipEncoderImpl::forward(at::Tensor x, const at::Tensor& additive_mask) {
-  for (const auto& layer : *layers) x = layer->as<ClipEncoderLayerImpl>()->forward(x, additive_mask);
+  for (const auto& layer : *layers) x = layer->as<ClipEncoderLayerImpl>()->forward(std::move(x), additive_mask);
   return x;
 }
 
 at::Tensor clip_pooled_positions(const at::Tensor& input_ids, int64_t eos_token_id) {
   TORCH_CHECK_VALUE(input_ids.dim() == 2 && input_ids.size(1) > 0,
                     "[clip] input_ids must be (B, L) with L >= 1, got ", input_ids.sizes());
-  // CLIPTextTransformer.forward: the legacy rule (the largest id is the end of text) holds for
-  // every row, or the eos-id rule is used for all of them. Both take the first match (argmax).
+  // transformers' CLIPTextTransformer.forward (models/clip/modeling_clip.py, since PR #24773):
+  // the config decides. eos_token_id 2 (the value configs had before that PR, FLUX.1's included)
+  // keeps the legacy rule, the first largest id of each row (the end of text is the largest id of
+  // the published vocabulary); any other value takes each row's first eos_token_id. Both are
+  // argmax over int32 ids, which picks the first match.
   const at::Tensor ids = input_ids.to(at::kInt);
-  const bool legacy = std::get<0>(input_ids.max(-1)).eq(kClipLegacyEndOfTextId).all().item<bool>();
-  if (legacy) return ids.argmax(-1);
+  if (eos_token_id == kClipLegacyEosTokenId) return ids.argmax(-1);
   return ids.eq(eos_token_id).to(at::kInt).argmax(-1);
 }
 
@@ -119,7 +137,7 @@ ClipTextTransformerImpl::ClipTextTransformerImpl(const ClipTextConfig& config)
 ClipTextOutput ClipTextTransformerImpl::forward(const at::Tensor& input_ids) {
   at::Tensor h = embeddings->forward(input_ids);
   const at::Tensor mask = clip_causal_mask(input_ids.size(1), h.scalar_type(), h.device());
-  h = final_layer_norm(encoder->forward(h, mask));
+  h = final_layer_norm(encoder->forward(std::move(h), mask));
   const at::Tensor rows = at::arange(h.size(0), input_ids.options().dtype(at::kLong));
   const at::Tensor positions = clip_pooled_positions(input_ids, eos_token_id_).to(h.device(), at::kLong);
   return {h, h.index({rows.to(h.device()), positions})};
@@ -144,6 +162,19 @@ ClipTextOutput ClipTextModelImpl::forward(const at::Tensor& input_ids) {
   return text_model->forward(input_ids);
 }
 
+namespace {
+
+bool has_key_with_prefix(const std::vector<io::SafetensorsFile>& files, const std::string& prefix) {
+  for (const auto& file : files) {
+    for (const auto& name : file.names()) {
+      if (name.rfind(prefix, 0) == 0) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 ClipTextModel load_clip_text_model(const std::vector<std::string>& files, const ClipTextConfig& config,
                                    at::ScalarType dtype) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) {
@@ -162,8 +193,16 @@ ClipTextModel load_clip_text_model(const std::vector<std::string>& files, const 
   // Non-strict here only so that the problems come back as a report; any problem is thrown below
   // with the file names, and the partly loaded model is dropped.
   options.strict = false;
+  // transformers 5 dropped CLIPTextModel's `text_model` submodule (models/clip/modeling_clip.py,
+  // CLIPTextModel.__init__ holds embeddings / encoder / final_layer_norm itself), so a text encoder
+  // saved by it has no "text_model." prefix; transformers reads both layouts, and so does remat.
+  if (!has_key_with_prefix(opened, "text_model.") && has_key_with_prefix(opened, "embeddings.")) {
+    options.add_prefix = "text_model.";
+  }
   // transformers registers position_ids as a non-persistent buffer (arange); old versions saved it.
-  options.key_filter = [](const std::string& key) { return key != "text_model.embeddings.position_ids"; };
+  options.key_filter = [](const std::string& key) {
+    return key != "text_model.embeddings.position_ids" && key != "embeddings.position_ids";
+  };
   const io::LoadReport report = io::load_state_dict_into(*model, opened, options);
   if (!report.ok()) {
     throw_value_error("[clip] " + names + " does not match CLIPTextModel (hidden_size " +

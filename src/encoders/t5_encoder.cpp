@@ -1,11 +1,14 @@
 #include "remat/default_dtype.h"
 #include "remat/encoders/t5_encoder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
 #include <sstream>
+#include <utility>
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/ScalarTypeToTypeMeta.h>
 #include <c10/util/Exception.h>
@@ -23,6 +26,9 @@ namespace remat::encoders {
 namespace {
 
 constexpr const char* kT5Tag = "[t5]";
+
+// Note [T5 attention in query chunks]: the largest piece of the score matrix alive at once.
+constexpr int64_t kT5ScoreChunkBytes = int64_t{16} << 20;
 
 torch::nn::Linear linear_no_bias(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
@@ -130,18 +136,36 @@ at::Tensor T5AttentionImpl::compute_bias(int64_t query_length, int64_t key_lengt
   return relative_attention_bias->forward(buckets).permute({2, 0, 1}).unsqueeze(0);
 }
 
+// Note [T5 attention in query chunks]
+// Softmax rows are independent, so the scores are computed for a chunk of queries at a time:
+// each row is the same product, bias, fp32 softmax and product with v as with the whole (H, L, L)
+// matrix (the contracted dimension is untouched, so the sums run in the same order), while only
+// (H, chunk, L) of it is alive. At FLUX.1's 512 tokens T5-XXL's 64 heads make the whole matrix
+// 64 MiB in fp32, and transformers held it twice (scores and softmax); its SDPA path (the default
+// in transformers 5) never materialises it either.
 at::Tensor T5AttentionImpl::forward(const at::Tensor& x, const at::Tensor& position_bias) {
   const int64_t B = x.size(0), L = x.size(1), H = config_.num_heads, dk = config_.d_kv;
   auto heads = [&](const at::Tensor& t) { return t.view({B, -1, H, dk}).transpose(1, 2); };
-  const at::Tensor qh = heads(q->forward(x)), kh = heads(k->forward(x)), vh = heads(v->forward(x));
-  // No 1/sqrt(d_kv): Mesh-TensorFlow T5 folds it into the initialisation of q.
-  at::Tensor scores = at::matmul(qh, kh.transpose(3, 2));
-  scores += position_bias;  // in place, as upstream: the sum is rounded to the scores' dtype
+  const at::Tensor qh = heads(q->forward(x)), kt = heads(k->forward(x)).transpose(3, 2), vh = heads(v->forward(x));
+  const int64_t Lk = kt.size(3);
+  // Queries per chunk: (B, H, chunk, Lk) fp32 scores of at most kT5ScoreChunkBytes.
+  const int64_t chunk = query_chunk > 0 ? query_chunk
+                                        : std::max<int64_t>(1, kT5ScoreChunkBytes / std::max<int64_t>(1, B * H * Lk * 4));
   // Upstream's softmax runs in fp32 (`scores.float()`); fp64 stays fp64 (see T5LayerNormImpl).
-  const auto softmax_dtype = scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor weights = at::softmax(scores.to(softmax_dtype), -1).to(scores.scalar_type());
-  const at::Tensor out = at::matmul(weights, vh).transpose(1, 2).contiguous().view({B, L, H * dk});
-  return o->forward(out);
+  const auto softmax_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor out = at::empty({B, H, L, dk}, vh.options());
+  for (int64_t s = 0; s < L; s += chunk) {
+    const int64_t e = std::min(L, s + chunk);
+    // No 1/sqrt(d_kv): Mesh-TensorFlow T5 folds it into the initialisation of q.
+    at::Tensor scores = at::matmul(qh.slice(2, s, e), kt);
+    // In place, as upstream: the sum is rounded to the scores' dtype. The bias broadcasts over
+    // batch (and over queries when it has one row).
+    scores += position_bias.size(2) == 1 ? position_bias : position_bias.slice(2, s, e);
+    const at::Tensor weights = at::softmax(scores.to(softmax_dtype), -1).to(scores.scalar_type());
+    scores.reset();
+    out.slice(2, s, e).copy_(at::matmul(weights, vh));
+  }
+  return o->forward(out.transpose(1, 2).reshape({B, L, H * dk}));
 }
 
 T5DenseReluDenseImpl::T5DenseReluDenseImpl(const T5Config& config) : config_(config) {
@@ -160,8 +184,17 @@ at::Tensor T5DenseReluDenseImpl::forward(const at::Tensor& x) {
     if (config_.dense_act_fn == "gelu") return at::gelu(t);
     return at::relu(t);
   };
-  at::Tensor h = config_.is_gated_act ? act(wi_0->forward(x)) * wi_1->forward(x)
-                                      : act(wi->forward(x));
+  at::Tensor h;
+  if (!config_.is_gated_act) {
+    h = act(wi->forward(x));
+  } else if (at::GradMode::is_enabled()) {
+    h = act(wi_0->forward(x)) * wi_1->forward(x);
+  } else {
+    // Without autograd: the activation in wi_0's output (gelu_new_consuming) and the gate
+    // multiplied into it, two (L, d_ff) buffers where upstream holds three; the same bits.
+    h = config_.dense_act_fn == "gelu_new" ? gelu_new_consuming(wi_0->forward(x)) : act(wi_0->forward(x));
+    h.mul_(wi_1->forward(x));
+  }
   // wo may be kept in fp32 (fp16 models): upstream casts the activations to wo's dtype.
   if (h.scalar_type() != wo->weight.scalar_type()) h = h.to(wo->weight.scalar_type());
   return wo->forward(h);
@@ -177,11 +210,18 @@ T5BlockImpl::T5BlockImpl(const T5Config& config, bool has_relative_attention_bia
   layer->push_back(sublayer("DenseReluDense", dense_relu_dense.ptr(), ff_norm.ptr()));
 }
 
-at::Tensor T5BlockImpl::forward(const at::Tensor& h_in, const at::Tensor& position_bias) {
-  at::Tensor h = h_in + self_attention->forward(attention_norm->forward(h_in), position_bias);
+at::Tensor T5BlockImpl::forward(at::Tensor h_in, const at::Tensor& position_bias) {
+  // The residual sums go into the sublayers' outputs (new tensors that nothing saves for
+  // backward; h + a and a + h round alike), and h_in, when the caller handed over its only
+  // reference (T5EncoderModelImpl::forward moves it in), is freed once the first sum holds it.
+  at::Tensor h = self_attention->forward(attention_norm->forward(h_in), position_bias);
+  h.add_(h_in);
+  h_in.reset();
   h = clamp_fp16_residual(h);
-  h = h + dense_relu_dense->forward(ff_norm->forward(h));
-  return clamp_fp16_residual(h);
+  at::Tensor ff = dense_relu_dense->forward(ff_norm->forward(h));
+  ff.add_(h);
+  h.reset();
+  return clamp_fp16_residual(ff);
 }
 
 T5StackImpl::T5StackImpl(const T5Config& config) {
@@ -230,7 +270,7 @@ at::Tensor T5EncoderModelImpl::forward(const at::Tensor& input_ids, const at::Te
     position_bias = position_bias + (1.0 - m) * lowest;
   }
   for (const auto& block : *encoder->block) {
-    h = block->as<T5BlockImpl>()->forward(h, position_bias);
+    h = block->as<T5BlockImpl>()->forward(std::move(h), position_bias);
   }
   return encoder->final_layer_norm->forward(h);
 }

@@ -71,10 +71,16 @@ void merge_lora(torch::nn::Module& model, const LoraFile& lora, double user_scal
       linear.set_quantized_weight(quantize_weight(full + delta, q.mode, q.scale_scales.defined()));
       continue;
     }
+    // One transient (out, in) float32 matrix per module: the product is scaled and summed in place
+    // (a float32 weight takes the delta directly; another dtype goes through one float32 copy).
     at::Tensor& weight = linear.weight;
-    const at::Tensor delta = at::matmul(w.up.to(weight.device(), at::kFloat), w.down.to(weight.device(), at::kFloat)) *
-                             (user_scale * w.scale);
-    weight.copy_(weight.to(at::kFloat) + delta);
+    at::Tensor delta = at::matmul(w.up.to(weight.device(), at::kFloat), w.down.to(weight.device(), at::kFloat));
+    delta.mul_(user_scale * w.scale);
+    if (weight.scalar_type() == at::kFloat) {
+      weight.add_(delta);
+    } else {
+      weight.copy_(delta.add_(weight));
+    }
   }
   for (const auto& [name, tensor] : lora.replaced_weights) params.at(name).copy_(tensor);
 }

@@ -1,9 +1,11 @@
 #include <cmath>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "remat/encoders/activations.h"
+#include "remat/memory.h"
 
 namespace {
 namespace activations_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
@@ -45,6 +47,31 @@ TEST(EncoderActivations, KeepTheInputDtype) {
   const auto x = torch::randn({4, 8}).to(torch::kBFloat16);
   EXPECT_EQ(remat::encoders::quick_gelu(x).scalar_type(), torch::kBFloat16);
   EXPECT_EQ(remat::encoders::gelu_new(x).scalar_type(), torch::kBFloat16);
+}
+
+// The consuming forms (an intermediate handed over by value) give the same bits as the pure ones
+// without autograd, in one buffer besides their input (tracked peak), and are the pure ones when
+// autograd records: gradients flow.
+TEST(EncoderActivations, ConsumingFormsEqualThePureOnesInOneBuffer) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    const auto x = (torch::randn({64, 96}) * 4).to(dtype);
+    const at::Tensor gelu = remat::encoders::gelu_new(x), quick = remat::encoders::quick_gelu(x);
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(remat::encoders::gelu_new_consuming(x.clone()), gelu)) << dtype;
+    EXPECT_TRUE(torch::equal(remat::encoders::quick_gelu_consuming(x.clone()), quick)) << dtype;
+
+    const int64_t buffer = x.numel() * x.element_size();
+    at::Tensor own = x.clone();
+    remat::memory::PeakScope scope;
+    const at::Tensor out = remat::encoders::gelu_new_consuming(std::move(own));
+    EXPECT_LE(scope.peak_delta(), buffer + 1024) << dtype;  // + LibTorch's scalar wrapping
+    EXPECT_GE(scope.peak_delta(), buffer) << dtype;
+  }
+  const auto leaf = torch::randn({5}, torch::requires_grad());
+  remat::encoders::gelu_new_consuming(leaf).sum().backward();
+  const auto want = torch::autograd::grad({remat::encoders::gelu_new(leaf).sum()}, {leaf})[0];
+  EXPECT_TRUE(torch::allclose(leaf.grad(), want));
+  EXPECT_FALSE(torch::equal(leaf.grad(), torch::zeros_like(want)));
 }
 
 }  // namespace activations_test

@@ -129,6 +129,43 @@ TEST_F(ClipTextModelTest, AttentionIsCausalAndMatchesTheFormula) {
   EXPECT_FALSE(torch::allclose(got.narrow(1, 5, 1), got2.narrow(1, 5, 1)));
 }
 
+// In bfloat16 the attention rounds as transformers' eager_attention_forward orders it: the
+// product times the scale (a Python float), plus the mask, softmax in fp32, cast back; the
+// in-place scale and mask give those bits.
+TEST_F(ClipTextModelTest, Bfloat16AttentionRoundsAsTheEagerExpression) {
+  const auto config = ClipTextConfig::tiny();
+  remat::encoders::ClipAttention attn(config);
+  randomize(*attn);
+  attn->to(at::kBFloat16);
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 9, config.hidden_size}).to(at::kBFloat16);
+  const auto mask = remat::encoders::clip_causal_mask(9, at::kBFloat16, at::kCPU);
+  const int64_t B = 2, L = 9, H = config.num_attention_heads, hd = config.hidden_size / H;
+  auto heads = [&](const at::Tensor& t) { return t.view({B, L, H, hd}).transpose(1, 2); };
+  const auto q = heads(attn->q_proj(x)), k = heads(attn->k_proj(x)), v = heads(attn->v_proj(x));
+  const auto scores = at::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(hd))) + mask;
+  const auto weights = at::softmax(scores, -1, at::kFloat).to(at::kBFloat16);
+  const auto want = attn->out_proj(at::matmul(weights, v).transpose(1, 2).reshape({B, L, config.hidden_size}));
+  EXPECT_TRUE(torch::equal(attn->forward(x, mask), want));
+}
+
+// Without autograd each layer adds its residuals in place, frees its input and runs quick_gelu
+// in fc1's output: the same bits as the autograd path, in float32 and bfloat16.
+TEST_F(ClipTextModelTest, InferenceInPlaceEqualsTheAutogradPath) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    ClipTextModel model(ClipTextConfig::tiny());
+    randomize(*model);
+    model->to(dtype);
+    const auto ids = tiny_ids({{320, 544, 90}, {12}});
+    ASSERT_TRUE(model->text_model->final_layer_norm->weight.requires_grad());
+    const auto with_autograd = model->forward(ids);
+    torch::NoGradGuard no_grad;
+    const auto inference = model->forward(ids);
+    EXPECT_TRUE(torch::equal(inference.last_hidden_state, with_autograd.last_hidden_state.detach())) << dtype;
+    EXPECT_TRUE(torch::equal(inference.pooled_output, with_autograd.pooled_output.detach())) << dtype;
+  }
+}
+
 TEST_F(ClipTextModelTest, CausalMaskUsesTheDtypeLowestValue) {
   const auto m = remat::encoders::clip_causal_mask(3, at::kFloat, at::kCPU);
   EXPECT_EQ(m.sizes(), (std::vector<int64_t>{1, 1, 3, 3}));
@@ -213,15 +250,18 @@ TEST_F(ClipTextModelTest, PooledRuleLegacyBranchTakesTheFirstLargestId) {
   const auto pos = remat::encoders::clip_pooled_positions(ids, /*eos_token_id=*/2);
   EXPECT_EQ(pos[0].item<int64_t>(), 2);
   EXPECT_EQ(pos[1].item<int64_t>(), 4);  // the eos-id rule would have picked 1 (the id 2)
+  // The config decides, not the ids: with eos 2 a row without 49407 still takes its largest id.
+  const auto plain = torch::tensor({7, 2, 900, 900, 3}, at::kLong).view({1, 5});
+  EXPECT_EQ(remat::encoders::clip_pooled_positions(plain, 2)[0].item<int64_t>(), 2);
 }
 
 TEST_F(ClipTextModelTest, PooledRuleEosBranchTakesTheFirstEosId) {
-  // A row without 49407: the eos-id rule for every row, first occurrence, 0 when absent.
+  // A config eos other than 2: the eos-id rule for every row, first occurrence, 0 when absent.
   const auto ids = torch::tensor({730, 12, 731, 731, 900, 730, 5, 6, 7, 8, 49407, 731, 2, 731, 3}, at::kLong).view({3, 5});
   const auto pos = remat::encoders::clip_pooled_positions(ids, /*eos_token_id=*/731);
   EXPECT_EQ(pos[0].item<int64_t>(), 2);  // the legacy argmax would be 4 (id 900)
   EXPECT_EQ(pos[1].item<int64_t>(), 0);  // no 731 in the row
-  EXPECT_EQ(pos[2].item<int64_t>(), 1);  // 49407 is there but not every row has it
+  EXPECT_EQ(pos[2].item<int64_t>(), 1);  // not the 49407 at 0
 }
 
 TEST_F(ClipTextModelTest, KeysAreTransformersKeys) {
@@ -394,6 +434,33 @@ TEST_F(ClipTextLoadTest, LoadsStrictlyInFp32AndBf16AndIgnoresPositionIds) {
   EXPECT_EQ(bf16->text_model->final_layer_norm->weight.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(torch::equal(bf16->text_model->final_layer_norm->weight,
                            source->text_model->final_layer_norm->weight.to(at::kBFloat16)));
+}
+
+// transformers 5 saves CLIPTextModel without the `text_model.` prefix (its CLIPTextModel holds the
+// embeddings, encoder and final norm itself); such a file loads to the same model.
+TEST_F(ClipTextLoadTest, LoadsTransformers5KeysWithoutTheTextModelPrefix) {
+  const auto config = ClipTextConfig::tiny();
+  ClipTextModel source(config);
+  randomize(*source);
+  std::vector<remat::io::NamedTensor> entries;
+  for (auto& [key, tensor] : remat::io::module_state(*source)) {
+    ASSERT_EQ(key.rfind("text_model.", 0), 0u) << key;
+    entries.emplace_back(key.substr(std::string("text_model.").size()), tensor);
+  }
+  entries.emplace_back("embeddings.position_ids", at::arange(77, at::kLong).view({1, 77}));
+  remat::io::save_safetensors(path("model.safetensors"), entries);
+
+  const auto ids = tiny_ids({{320, 544}});
+  auto loaded = remat::encoders::load_clip_text_model(path("model.safetensors"), config, at::kFloat);
+  EXPECT_TRUE(torch::equal(loaded->forward(ids).last_hidden_state, source->forward(ids).last_hidden_state));
+
+  // A file missing a key is still refused, and names the key as the model knows it.
+  const std::string dropped = "text_model." + entries.front().first;
+  entries.erase(entries.begin());
+  remat::io::save_safetensors(path("short.safetensors"), entries);
+  const std::string msg = remat::testing::error_of(
+      [&] { remat::encoders::load_clip_text_model(path("short.safetensors"), config, at::kFloat); });
+  EXPECT_NE(msg.find("missing key (in the module, not in the file): " + dropped), std::string::npos) << msg;
 }
 
 TEST_F(ClipTextLoadTest, KeyMismatchNamesTheFileAndTheKey) {

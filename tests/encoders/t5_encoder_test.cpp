@@ -275,6 +275,43 @@ TEST_F(T5EncoderTest, AttentionHasNoScalingAndAddsBiasAndMask) {
   EXPECT_LT(max_abs_diff(out[0], ref), 1e-12);
 }
 
+// Note [T5 attention in query chunks]: any chunk size computes the same rows, bit for bit in
+// float32 (the contracted dimensions are untouched), with a full mask and a per-key one.
+TEST_F(T5EncoderTest, AttentionInQueryChunksEqualsTheWholeMatrix) {
+  const T5Config c = T5Config::tiny();
+  remat::encoders::T5Attention attn(c, true);
+  {
+    torch::NoGradGuard guard;
+    for (auto& p : attn->parameters()) p.normal_(0.0, 0.4);
+  }
+  const int64_t L = 7;
+  const auto x = torch::randn({2, L, c.d_model});
+  const at::Tensor bias = attn->compute_bias(L, L);
+  const at::Tensor key_mask = (1.0 - torch::tensor({1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0}).view({1, 1, 1, L})) *
+                              std::numeric_limits<float>::lowest();
+  for (const at::Tensor& b : {bias, bias + key_mask}) {
+    attn->query_chunk = L;
+    const auto whole = attn->forward(x, b);
+    for (const int64_t chunk : {1, 3, 0}) {
+      attn->query_chunk = chunk;
+      EXPECT_TRUE(torch::equal(attn->forward(x, b), whole)) << "query_chunk " << chunk;
+    }
+  }
+}
+
+// Without autograd the blocks add the residuals and run the gated activation in place, and the
+// model moves each block its input: the same bits as the autograd path, in float32 and bfloat16.
+TEST_F(T5EncoderTest, InferenceInPlaceEqualsTheAutogradPath) {
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    auto model = random_tiny(dtype);
+    const auto input = torch::tensor({5, 17, 3, 200, 1, 0, 0, 0}).view({1, -1});
+    ASSERT_TRUE(model->shared->weight.requires_grad());
+    const at::Tensor with_autograd = model->forward(input).detach();
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(model->forward(input), with_autograd)) << dtype;
+  }
+}
+
 TEST_F(T5EncoderTest, GatedGeluFeedForward) {
   const T5Config c = T5Config::tiny();
   remat::encoders::T5DenseReluDense ff(c);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "models/flux_formats_test_util.h"
 #include "models/model_test_util.h"
 #include "remat/io/safetensors.h"
+#include "remat/memory.h"
 #include "remat/models/layers.h"
 #include "remat/models/lora.h"
 #include "remat/models/lora_formats.h"
@@ -369,6 +371,29 @@ TEST_F(LoraFormatsTest, MergedEqualsTheLiveLoraBranch) {
   const at::Tensor a = forward_once(*got), b = forward_once(*live);
   EXPECT_FALSE(torch::equal(a, forward_once(*base)));
   EXPECT_TRUE(close(a, b, 1e-4, 1e-5)) << "merged vs live LoRA branch (float32 summation order differs)";
+}
+
+// Merging holds one (out, in) float32 matrix at a time, the delta of the module being merged, and
+// sums it into a float32 weight in place (the tracking allocator's peak against that formula).
+TEST_F(LoraFormatsTest, MergingHoldsOneDeltaMatrixAtATime) {
+  const auto f = random_factors(tiny, false, 5);
+  const std::string path = dir / "peft.safetensors";
+  write_peft(path, f, kAlpha);
+  const LoraFile lora = read_lora_file(path);
+  int64_t largest_delta = 0;
+  for (const auto& l : linear_layers(tiny)) largest_delta = std::max(largest_delta, l.out_features * l.in_features * 4);
+  Flux model = random_flux(tiny, 21);
+  memory::PeakScope scope;
+  merge_lora(*model, lora, 1.0);
+  // Plus a few bytes of LibTorch's scalar wrapping (12 here); two such matrices would be 2x.
+  EXPECT_GE(scope.peak_delta(), largest_delta);
+  EXPECT_LE(scope.peak_delta(), largest_delta + 1024);
+  // In place, the sum is still W + (alpha / r) (B A) rounded once.
+  const auto got = diffusers_state(*model), before = diffusers_state(*base);
+  for (const auto& [name, factors] : f) {
+    const at::Tensor want = before.at(name + ".weight") + at::matmul(factors.B, factors.A) * (kAlpha / kRank);
+    EXPECT_TRUE(torch::equal(got.at(name + ".weight"), want)) << name;
+  }
 }
 
 TEST_F(LoraFormatsTest, KohyaAlphaIsBakedAsDiffusersDoes) {

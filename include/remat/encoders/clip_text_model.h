@@ -27,7 +27,7 @@ struct REMAT_API ClipTextConfig {
   std::string hidden_act = "quick_gelu";
   double layer_norm_eps = 1e-5;
   int64_t bos_token_id = 0;
-  /// Used by the pooled-token rule when an input row does not contain 49407 (clip_pooled_positions).
+  /// Chooses the pooled-token rule (clip_pooled_positions): 2 keeps transformers' legacy rule.
   int64_t eos_token_id = 2;
   int64_t pad_token_id = 1;
   /// Only the …WithProjection classes use it; kept so that to_json() round-trips the file.
@@ -61,13 +61,14 @@ REMAT_API bool operator==(const ClipTextConfig& a, const ClipTextConfig& b);
 /// V·D + P·D + L·(4(D²+D) + 4D + 2DF + F + D) + 2D. CLIP-L: 123,060,480.
 REMAT_API int64_t parameter_count(const ClipTextConfig& config);
 
-/// The id that transformers' legacy pooled rule looks for: `<|endoftext|>` of the published
-/// CLIP vocabulary, the largest id it has.
-inline constexpr int64_t kClipLegacyEndOfTextId = 49407;
+/// The eos_token_id of CLIP configs written before transformers' PR #24773 (FLUX.1's
+/// text_encoder/config.json has it): with it, transformers keeps the legacy pooled rule.
+inline constexpr int64_t kClipLegacyEosTokenId = 2;
 
 /// The pooled position of each row of `input_ids` (B, L) int64, as transformers'
-/// CLIPTextTransformer picks it: when the largest id of every row is 49407, the first position
-/// of each row's largest id (the legacy argmax rule); otherwise the first position of
+/// CLIPTextTransformer picks it from the config's eos_token_id: for 2 (kClipLegacyEosTokenId),
+/// the first position of each row's largest id (the legacy argmax rule: `<|endoftext|>`, 49407,
+/// is the largest id of the published vocabulary); otherwise the first position of
 /// `eos_token_id` in each row, 0 for a row without it. Returns (B,) int64.
 REMAT_API at::Tensor clip_pooled_positions(const at::Tensor& input_ids, int64_t eos_token_id);
 
@@ -113,7 +114,7 @@ TORCH_MODULE(ClipMlp);
 class REMAT_API ClipEncoderLayerImpl : public torch::nn::Module {
  public:
   explicit ClipEncoderLayerImpl(const ClipTextConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& additive_mask);
+  at::Tensor forward(at::Tensor x, const at::Tensor& additive_mask);
 
   ClipAttention self_attn{nullptr};
   torch::nn::LayerNorm layer_norm1{nullptr};

@@ -61,12 +61,15 @@ class REMAT_API T5AttentionImpl : public torch::nn::Module {
   /// The position bias (1, H, Lq, Lk) in the weight's dtype (needs the bias table).
   at::Tensor compute_bias(int64_t query_length, int64_t key_length);
 
-  /// x (B, L, D), position_bias broadcastable to (B, H, L, L) -> (B, L, D).
-  /// scores = q k^T + position_bias; softmax in fp32, rounded back to the scores' dtype.
+  /// x (B, L, D), position_bias (1 or B, H, L or 1, L) -> (B, L, D).
+  /// scores = q k^T + position_bias; softmax in fp32, rounded back to the scores' dtype;
+  /// computed for a chunk of queries at a time (query_chunk; the same rows).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& position_bias);
 
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   torch::nn::Embedding relative_attention_bias{nullptr};
+  /// Queries per chunk of the scores; 0 (the default): as many as fit 16 MiB of fp32 scores.
+  int64_t query_chunk = 0;
 
  private:
   T5Config config_;
@@ -93,7 +96,8 @@ TORCH_MODULE(T5DenseReluDense);
 class REMAT_API T5BlockImpl : public torch::nn::Module {
  public:
   T5BlockImpl(const T5Config& config, bool has_relative_attention_bias);
-  at::Tensor forward(const at::Tensor& h, const at::Tensor& position_bias);
+  /// h by value: given the only reference, the block frees it once its first sum exists.
+  at::Tensor forward(at::Tensor h, const at::Tensor& position_bias);
 
   T5Attention self_attention{nullptr};
   T5LayerNorm attention_norm{nullptr};
