@@ -281,7 +281,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default="build-pytorch", help="remat build folder with bench programs")
     parser.add_argument("--cases", default="vae-encode:256:fp32,vae-encode:512:fp32,vae-decode:256:fp32,"
-                                           "vae-decode:512:fp32,vae-encode-tiled:384:fp32,vae-decode-tiled:256:fp32,"
+                                           "vae-decode:512:fp32,vae-encode-tiled:256:fp32,vae-decode-tiled:192:fp32,"
                                            "clip:77:fp32,t5:512:fp32,denoise:256:fp32,denoise-cfg:256:fp32,"
                                            "lora-merge:16:fp32")
     parser.add_argument("--rounds", type=int, default=3)

@@ -168,7 +168,30 @@ void AutoencoderKLImpl::set_tile_sample_size(int64_t sample_size) {
   set_tile_geometry(g);
 }
 
-at::Tensor AutoencoderKLImpl::encode_one(const at::Tensor& x) {
+void AutoencoderKLImpl::set_channels_last(bool enabled) {
+  if (enabled) {
+    for (const auto& p : parameters()) {
+      if (p.scalar_type() != at::kFloat) {
+        throw_value_error(std::string("[vae] channels-last convolutions need float32 weights, got ") +
+                          c10::toString(p.scalar_type()) +
+                          " (LibTorch 1.13's CPU GroupNorm is wrong on reduced-precision channels-last input)");
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const auto format = enabled ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  for (auto& p : parameters()) {
+    if (p.dim() == 4) p.set_data(p.contiguous(format));
+  }
+  channels_last_ = enabled;
+}
+
+at::Tensor AutoencoderKLImpl::in_layout(const at::Tensor& x) const {
+  return channels_last_ ? x.contiguous(at::MemoryFormat::ChannelsLast) : x;
+}
+
+at::Tensor AutoencoderKLImpl::encode_one(const at::Tensor& x_in) {
+  const at::Tensor x = in_layout(x_in);
   if (tiling_ && (x.size(3) > tiles_.sample_min_size || x.size(2) > tiles_.sample_min_size)) {
     const int64_t blend = static_cast<int64_t>(static_cast<double>(tiles_.latent_min_size) * tiles_.overlap_factor);
     return tiled_apply(x, tiles_.sample_min_size, tiles_.overlap_factor, blend, tiles_.latent_min_size - blend,
@@ -189,14 +212,15 @@ at::Tensor AutoencoderKLImpl::encode_moments(const at::Tensor& x) {
   if (slicing_ && x.size(0) > 1) {
     std::vector<at::Tensor> parts;
     for (const auto& one : x.split(1)) parts.push_back(encode_one(one));
-    return at::cat(parts);
+    return at::cat(parts).contiguous();
   }
-  return encode_one(x);
+  return encode_one(x).contiguous();
 }
 
 DiagonalGaussian AutoencoderKLImpl::encode(const at::Tensor& x) { return DiagonalGaussian(encode_moments(x)); }
 
-at::Tensor AutoencoderKLImpl::decode_one(const at::Tensor& z) {
+at::Tensor AutoencoderKLImpl::decode_one(const at::Tensor& z_in) {
+  const at::Tensor z = in_layout(z_in);
   if (tiling_ && (z.size(3) > tiles_.latent_min_size || z.size(2) > tiles_.latent_min_size)) {
     const int64_t blend = static_cast<int64_t>(static_cast<double>(tiles_.sample_min_size) * tiles_.overlap_factor);
     return tiled_apply(z, tiles_.latent_min_size, tiles_.overlap_factor, blend, tiles_.sample_min_size - blend,
@@ -215,9 +239,9 @@ at::Tensor AutoencoderKLImpl::decode(const at::Tensor& z) {
   if (slicing_ && z.size(0) > 1) {
     std::vector<at::Tensor> parts;
     for (const auto& one : z.split(1)) parts.push_back(decode_one(one));
-    return at::cat(parts);
+    return at::cat(parts).contiguous();
   }
-  return decode_one(z);
+  return decode_one(z).contiguous();
 }
 
 at::Tensor AutoencoderKLImpl::to_transformer_latents(const at::Tensor& z) const {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "remat/default_dtype.h"
 #include "remat/encoders/activations.h"
 #include "remat/encoders/clip_text_model.h"
 #include "remat/util/error.h"
@@ -181,8 +182,14 @@ ClipTextModel load_clip_text_model(const std::vector<std::string>& files, const 
     throw_value_error(std::string("[clip] dtype must be float32 or bfloat16, got ") + c10::toString(dtype));
   }
   if (files.empty()) throw_value_error("[clip] load_clip_text_model needs at least one weights file");
-  ClipTextModel model(config);
-  model->to(dtype);
+  // Built in its dtype, as transformers' from_pretrained(dtype=...) builds it: built in float32
+  // and then cast, a bf16 CLIP would hold its float32 weights too while loading.
+  ClipTextModel model{nullptr};
+  {
+    DefaultDtypeGuard guard(dtype);
+    model = ClipTextModel(config);
+  }
+  model->to(dtype);  // anything built outside the default dtype
   std::vector<io::SafetensorsFile> opened;
   std::string names;
   for (const auto& path : files) {

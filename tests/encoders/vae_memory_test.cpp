@@ -39,34 +39,76 @@ TEST(VaeMemory, EncodePeakIsOneResnetBlocksLiveActivations) {
   vae->eval();
   const at::Tensor image = torch::rand({1, 3, 512, 512}) * 2 - 1;
 
-  // One activation at full resolution, and what one 3x3 convolution of it costs above its input.
-  const at::Tensor activation = torch::randn({1, config.block_out_channels[0], 512, 512});
-  const int64_t A = bytes_of(activation);
-  int64_t conv_cost = 0;
-  {
-    const auto& conv1 = vae->encoder->down_blocks[0]->named_modules()["resnets.0.conv1"];
-    remat::memory::PeakScope scope;
-    const at::Tensor out = conv1->as<torch::nn::Conv2d>()->forward(activation);
-    conv_cost = scope.peak_delta();
-    ASSERT_GE(conv_cost, bytes_of(out));
-  }
+  // In both memory layouts (a convolution's workspace differs: NCHW may reorder to a blocked
+  // layout and back, NHWC runs in place of its layout).
+  for (const bool nhwc : {false, true}) {
+    vae->set_channels_last(nhwc);
+    const auto format = nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    // One activation at full resolution, and what one 3x3 convolution of it costs above its input.
+    const at::Tensor activation = torch::randn({1, config.block_out_channels[0], 512, 512}).contiguous(format);
+    const int64_t A = bytes_of(activation);
+    int64_t conv_cost = 0;
+    {
+      const auto& conv1 = vae->encoder->down_blocks[0]->named_modules()["resnets.0.conv1"];
+      remat::memory::PeakScope scope;
+      const at::Tensor out = conv1->as<torch::nn::Conv2d>()->forward(activation);
+      conv_cost = scope.peak_delta();
+      ASSERT_GE(conv_cost, bytes_of(out));
+    }
 
-  int64_t peak = 0;
-  at::Tensor mean;
-  {
-    remat::memory::PeakScope scope;
-    mean = vae->encode(image).mean;
-    peak = scope.peak_delta();
+    int64_t peak = 0;
+    at::Tensor mean;
+    {
+      remat::memory::PeakScope scope;
+      mean = vae->encode(image).mean;
+      peak = scope.peak_delta();
+    }
+    // NHWC converts the 3-channel input once (the copy lives through the first convolution).
+    const int64_t formula = 2 * A + conv_cost + (nhwc ? bytes_of(image) : 0);
+    std::printf("encode 512 px fp32 %s (channels 16, 32, 64, 64): peak %lld bytes above weights + input; formula "
+                "2 x %lld (block input, activated norm) + %lld (a convolution)%s = %lld; weights %lld, input %lld\n",
+                nhwc ? "NHWC" : "NCHW", static_cast<long long>(peak), static_cast<long long>(A),
+                static_cast<long long>(conv_cost), nhwc ? " + the input in NHWC" : "", static_cast<long long>(formula),
+                static_cast<long long>(remat::memory::current_bytes()), static_cast<long long>(bytes_of(image)));
+    ASSERT_TRUE(mean.defined());
+    // GroupNorm's per-group statistics and the latents are a few KiB.
+    EXPECT_NEAR(static_cast<double>(peak), static_cast<double>(formula), 256.0 * 1024.0) << (nhwc ? "NHWC" : "NCHW");
   }
-  const int64_t formula = 2 * A + conv_cost;
-  std::printf("encode 512 px fp32 (channels 16, 32, 64, 64): peak %lld bytes above weights + input; formula "
-              "2 x %lld (block input, activated norm) + %lld (a convolution) = %lld; weights %lld, input %lld\n",
-              static_cast<long long>(peak), static_cast<long long>(A), static_cast<long long>(conv_cost),
-              static_cast<long long>(formula), static_cast<long long>(remat::memory::current_bytes()),
-              static_cast<long long>(bytes_of(image)));
-  ASSERT_TRUE(mean.defined());
-  // GroupNorm's per-group statistics and the latents are a few KiB.
-  EXPECT_NEAR(static_cast<double>(peak), static_cast<double>(formula), 256.0 * 1024.0);
+}
+
+// Channels-last is the same computation in another layout: encode and decode agree with NCHW to
+// float32 rounding, return contiguous tensors, and switching back restores NCHW weights. bf16
+// is refused (LibTorch 1.13's CPU GroupNorm is wrong on bf16 channels-last input).
+TEST(VaeMemory, ChannelsLastEqualsNchw) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(3);
+  AutoencoderKL vae(narrow_config());
+  vae->eval();
+  const at::Tensor image = torch::rand({2, 3, 64, 48}) * 2 - 1;
+  const at::Tensor mean = vae->encode(image).mean, decoded = vae->decode(mean);
+  vae->set_channels_last(true);
+  EXPECT_TRUE(vae->encoder->conv_in->weight.is_contiguous(at::MemoryFormat::ChannelsLast));
+  const at::Tensor mean_nhwc = vae->encode(image).mean, decoded_nhwc = vae->decode(mean);
+  EXPECT_TRUE(vae->encode_moments(image).is_contiguous() && decoded_nhwc.is_contiguous());
+  const auto relative = [](const at::Tensor& a, const at::Tensor& b) {
+    return ((a - b).abs().max() / b.abs().max()).item<double>();
+  };
+  EXPECT_LT(relative(mean_nhwc, mean), 1e-5);
+  EXPECT_LT(relative(decoded_nhwc, decoded), 1e-5);
+  vae->set_channels_last(false);
+  EXPECT_TRUE(vae->encoder->conv_in->weight.is_contiguous());
+  EXPECT_TRUE(torch::equal(vae->encode(image).mean, mean));
+
+  vae->to(at::kBFloat16);
+  try {
+    vae->set_channels_last(true);
+    ADD_FAILURE() << "bf16 channels-last was accepted";
+  } catch (const c10::ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("[vae] channels-last convolutions need float32 weights, got BFloat16"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(vae->channels_last());
 }
 
 // Memory admission (remat caches and samples only what the prediction says fits) relies on

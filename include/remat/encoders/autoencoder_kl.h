@@ -114,6 +114,17 @@ class REMAT_API AutoencoderKLImpl : public torch::nn::Module {
   void set_tile_sample_size(int64_t sample_size);
   const TileGeometry& tile_geometry() const { return tiles_; }
 
+  /// Channels-last convolutions: the 4-D convolution weights are stored NHWC and encode / decode
+  /// run on NHWC activations (PyTorch's torch.channels_last), returning contiguous (NCHW)
+  /// results. The same computation in another memory layout: results agree to float32 rounding,
+  /// and one activation less is held around each convolution. Off by default: LibTorch 2.x's CPU
+  /// GroupNorm on NHWC input gives bits that depend on the thread count (so caches written by
+  /// different process counts would differ), and on LibTorch 1.13 it is slower (docs/VAE.md).
+  /// float32 only: LibTorch 1.13's CPU GroupNorm gives wrong results on bf16 channels-last input.
+  /// `enabled` false restores NCHW weights.
+  void set_channels_last(bool enabled);
+  bool channels_last() const { return channels_last_; }
+
   const AutoencoderKLConfig& config() const { return config_; }
 
   VaeEncoder encoder{nullptr};
@@ -124,9 +135,11 @@ class REMAT_API AutoencoderKLImpl : public torch::nn::Module {
  private:
   at::Tensor encode_one(const at::Tensor& x);  // diffusers' _encode
   at::Tensor decode_one(const at::Tensor& z);  // diffusers' _decode
+  at::Tensor in_layout(const at::Tensor& x) const;  // NHWC when channels_last_
   AutoencoderKLConfig config_;
   bool slicing_ = false;
   bool tiling_ = false;
+  bool channels_last_ = false;
   TileGeometry tiles_;
 };
 TORCH_MODULE(AutoencoderKL);
