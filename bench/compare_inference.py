@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""remat vs diffusers on the same inference work: time, peak memory and agreement of the outputs.
+"""remat vs diffusers / transformers on the same inference work: time, peak memory and agreement of the outputs.
 
 Each case runs in fresh processes, alternating the two sides (remat first in even rounds, diffusers
 first in odd ones, so drift in machine load hits both alike): remat through bench/inference_compare
@@ -10,10 +10,9 @@ count, and both count memory the same two ways: remat's tracking CPU allocator (
 libremat_pytrack.so) and the resident set (VmHWM reset through /proc/self/clear_refs), each above the
 start of the work, so weights and input are not counted.
 
-  build-pytorch/venv/bin/pip install diffusers accelerate
+  build-pytorch/venv/bin/pip install diffusers accelerate transformers peft
   build-pytorch/venv/bin/python bench/compare_inference.py --build build-pytorch \\
-      --cases vae-encode:256:fp32,vae-encode:512:fp32,vae-encode:512:bf16,vae-decode:256:fp32,vae-decode:512:fp32 \\
-      --rounds 3 --markdown inference.md
+      --cases vae-encode:256:fp32,clip:77:fp32,t5:512:bf16,lora-merge:16:fp32 --rounds 3 --markdown inference.md
 
 A case is <work>:<size>:<fp32|bf16>. All weights are random.
   vae-encode, vae-decode      FLUX.1's VAE (diffusers' AutoencoderKL with FLUX.1-dev's vae/config.json);
@@ -322,8 +321,8 @@ def main():
                    for side_name, v in runs.items()}
             rows.append((case, med, agreement(work_dir)))
             print(case, json.dumps(med), flush=True)
-    lines = ["| work | remat time | diffusers time | time ratio | remat peak (tracked / RSS) | "
-             "diffusers peak (tracked / RSS) | peak ratio (tracked / RSS) | max rel. difference |",
+    lines = ["| work | remat time | upstream time | time ratio | remat peak (tracked / RSS) | "
+             "upstream peak (tracked / RSS) | peak ratio (tracked / RSS) | max rel. difference |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for case, m, diff in rows:
         r, d = m["remat"], m["diffusers"]
