@@ -2,7 +2,7 @@
 // script wrote in diffusers' layout, timed and measured the way the script measures diffusers.
 //
 // usage: inference_compare <work_dir> <work> <fp32|bf16> <threads> [side steps]
-//   vae-*:   reads <work_dir>/vae/ (config.json, diffusion_pytorch_model.safetensors) and
+//   vae-*:   reads <work_dir>/vae/ (config.json and its weights, found as every remat command finds them) and
 //            <work_dir>/input.safetensors ("input": the image, or the latents to decode); the
 //            -tiled works tile with <work_dir>/case.json's tile_sample_min_size,
 //            tile_latent_min_size and tile_overlap_factor
@@ -20,10 +20,8 @@
 //          final latents unpacked to (C, side / 8, side / 8))
 //   prints one JSON line: seconds, tracked_peak (remat's CPU allocator, bytes above the start of
 //          the work: weights and input excluded), rss_peak (VmHWM above the RSS at the start)
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -40,6 +38,7 @@
 #include "remat/encoders/t5_encoder.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
+#include "remat/models/component_weights.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora_formats.h"
 #include "remat/sample/flux_sampler.h"
@@ -73,19 +72,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The .safetensors files of a folder, sorted (one file or the shards of one checkpoint).
-std::vector<std::string> safetensors_in(const std::string& folder) {
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
-    if (entry.path().extension() == ".safetensors") files.push_back(entry.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 Case vae_case(const std::string& dir, const std::string& work, at::ScalarType dtype) {
   const auto config = remat::encoders::AutoencoderKLConfig::from_file(dir + "/vae/config.json");
-  auto vae = remat::encoders::load_autoencoder_kl(dir + "/vae/diffusion_pytorch_model.safetensors", config, dtype);
+  auto vae = remat::encoders::load_autoencoder_kl(remat::models::find_component_weights(dir + "/vae").files, config, dtype);
   if (ends_with(work, "-tiled")) {
     const auto geometry = nlohmann::json::parse(std::ifstream(dir + "/case.json"));
     vae->set_tiling(true);
@@ -100,7 +89,8 @@ Case vae_case(const std::string& dir, const std::string& work, at::ScalarType dt
 
 Case clip_case(const std::string& dir, at::ScalarType dtype) {
   const auto config = remat::encoders::ClipTextConfig::from_file(dir + "/text_encoder/config.json");
-  auto model = remat::encoders::load_clip_text_model(safetensors_in(dir + "/text_encoder"), config, dtype);
+  auto model =
+      remat::encoders::load_clip_text_model(remat::models::find_component_weights(dir + "/text_encoder").files, config, dtype);
   const at::Tensor ids = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input_ids");
   return {[model, ids] {
     const auto out = model.ptr()->forward(ids);
@@ -110,9 +100,7 @@ Case clip_case(const std::string& dir, at::ScalarType dtype) {
 
 Case t5_case(const std::string& dir, at::ScalarType dtype) {
   const auto config = remat::encoders::T5Config::from_file(dir + "/text_encoder_2/config.json");
-  std::vector<remat::io::SafetensorsFile> files;
-  for (const auto& path : safetensors_in(dir + "/text_encoder_2")) files.push_back(remat::io::SafetensorsFile::open(path));
-  auto model = remat::encoders::load_t5_encoder(files, config, dtype);
+  auto model = remat::encoders::load_t5_encoder(remat::models::open_component_weights(dir + "/text_encoder_2"), config, dtype);
   const at::Tensor ids = remat::io::SafetensorsFile::open(dir + "/input.safetensors").tensor("input_ids");
   return {[model, ids] { return model.ptr()->forward(ids); }};
 }

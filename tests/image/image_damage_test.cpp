@@ -3,9 +3,10 @@
 // and none comes back half-decoded.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
-#include <vector>
-#include <cstdint>
+
 #include <array>
+#include <cstdint>
+#include <vector>
 
 #include "../temp_dir.h"
 #include "../value_error.h"
