@@ -10,6 +10,7 @@
 
 #include "remat/encoders/t5_encoder.h"
 #include "remat/io/safetensors.h"
+#include "temp_dir.h"
 #include "value_error.h"
 
 // Every module of the T5 encoder against double-precision loops written here from the published
@@ -187,7 +188,9 @@ class T5EncoderTest : public ::testing::Test {
     return m;
   }
 
-  std::string temp(const std::string& name) const { return ::testing::TempDir() + "t5_encoder_test_" + name; }
+  // Files of one test, in a directory of its own process (ctest runs tests side by side).
+  std::string temp(const std::string& name) const { return dir_ / name; }
+  remat::testing::TempDir dir_{"t5_encoder_test"};
 };
 
 // ---- relative position buckets ---------------------------------------------------------------

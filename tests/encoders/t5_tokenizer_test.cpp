@@ -3,17 +3,21 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "remat/encoders/t5_tokenizer.h"
+#include "temp_dir.h"
 #include "value_error.h"
 
 // The T5 tokenizer on a real SentencePiece unigram model trained here (train_tiny_spiece_model),
 // in the same process as LibTorch: loading SentencePiece at all is part of what is tested (Note
 // [SentencePiece isolation]). Expected values follow from T5's rules (eos 1 appended, pad 0,
-// truncation keeping eos last), not from recorded outputs.
+// truncation keeping eos last), not from recorded outputs. ctest runs each test in a process of its
+// own, side by side: every file lives in a directory of the process's own (TempDir), never at a
+// fixed name another process could remove or rewrite mid-test.
 
 namespace {
 namespace t5_tokenizer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
@@ -32,17 +36,15 @@ std::string read_bytes(const std::string& path) {
 class T5TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_path_ = new std::string(::testing::TempDir() + "t5_tokenizer_test_spiece.model");
-    remat::encoders::train_tiny_spiece_model(*model_path_);
+    dir_ = std::make_unique<remat::testing::TempDir>("t5_tokenizer_test");
+    remat::encoders::train_tiny_spiece_model(model_path());
   }
-  static void TearDownTestSuite() {
-    std::remove(model_path_->c_str());
-    delete model_path_;
-  }
-  static const std::string& model_path() { return *model_path_; }
-  static std::string* model_path_;
+  static void TearDownTestSuite() { dir_.reset(); }
+  static std::string temp(const std::string& name) { return *dir_ / name; }
+  static std::string model_path() { return temp("spiece.model"); }
+  static std::unique_ptr<remat::testing::TempDir> dir_;
 };
-std::string* T5TokenizerTest::model_path_ = nullptr;
+std::unique_ptr<remat::testing::TempDir> T5TokenizerTest::dir_;
 
 TEST_F(T5TokenizerTest, TrainedModelHasT5SpecialPieces) {
   const auto tok = T5Tokenizer::from_file(model_path());
@@ -56,7 +58,7 @@ TEST_F(T5TokenizerTest, TrainedModelHasT5SpecialPieces) {
 }
 
 TEST_F(T5TokenizerTest, TrainingIsDeterministic) {
-  const std::string again = ::testing::TempDir() + "t5_tokenizer_test_again.model";
+  const std::string again = temp("again.model");
   remat::encoders::train_tiny_spiece_model(again);
   EXPECT_EQ(read_bytes(again), read_bytes(model_path()));
   std::remove(again.c_str());
@@ -144,7 +146,7 @@ TEST_F(T5TokenizerTest, SpecialTokenStringsMapToTheirIds) {
 }
 
 TEST_F(T5TokenizerTest, CorruptOrMissingModelFilesAreNamed) {
-  const std::string bad = ::testing::TempDir() + "t5_tokenizer_test_corrupt.model";
+  const std::string bad = temp("corrupt.model");
   std::ofstream(bad, std::ios::binary) << "this is not a protobuf \x01\x02\x03";
   const std::string message = error_of([&] { T5Tokenizer::from_file(bad); });
   EXPECT_EQ(message.rfind("[t5-tokenizer] '" + bad + "' is not a valid SentencePiece model", 0), 0u) << message;
