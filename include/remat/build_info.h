@@ -20,7 +20,7 @@ struct BuildInfo {
   std::string nccl_version;   ///< "2.28.9"
   int cuda_devices = 0;       ///< CUDA devices this process sees now (0 in a CPU build)
   bool float8 = false;        ///< float8 dtypes (fp8 base weights): LibTorch 2.1+
-  bool fused_attention = false;  ///< at::scaled_dot_product_attention: LibTorch 2.0+
+  bool fused_attention = false;  ///< at::scaled_dot_product_attention: LibTorch 2.1+
 };
 
 /// The figures of this build and machine. Never throws; asks no GPU for anything but its count.

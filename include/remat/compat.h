@@ -23,12 +23,16 @@
 /// Whether the float8 dtypes (at::kFloat8_e4m3fn, ...) exist: LibTorch 2.1 and later.
 #define REMAT_HAS_FLOAT8 REMAT_TORCH_VERSION_AT_LEAST(2, 1)
 
+/// Whether at::scaled_dot_product_attention exists with its scale argument: LibTorch 2.1 and later.
+#define REMAT_HAS_SCALED_DOT_PRODUCT_ATTENTION REMAT_TORCH_VERSION_AT_LEAST(2, 1)
+
 namespace remat::compat {
 
 inline constexpr bool kHasFloat8 = REMAT_HAS_FLOAT8;
 
-/// Whether at::scaled_dot_product_attention exists (LibTorch 2.0 and later).
-inline constexpr bool kHasScaledDotProductAttention = REMAT_TORCH_VERSION_AT_LEAST(2, 0);
+/// Whether at::scaled_dot_product_attention exists with the scale argument the encoders need
+/// (LibTorch 2.1 and later; 2.0 had the op without it).
+inline constexpr bool kHasScaledDotProductAttention = REMAT_HAS_SCALED_DOT_PRODUCT_ATTENTION;
 
 /// The backtrace argument of c10::Error's (message, backtrace) constructor, for errors about the
 /// user's input, which carry none: 1.13 takes the backtrace as text (empty here); later releases
@@ -82,18 +86,24 @@ inline void set_autocast_dtype(c10::DeviceType type, at::ScalarType dtype) {
 #endif
 }
 
-/// Softmax attention over (B, H, L, d) tensors with scale 1/sqrt(d) and an optional boolean mask
-/// (true = attend) broadcastable to (B, H, L, S), written out: the scores and their scaling in the
-/// input dtype (rounded to bfloat16 for bfloat16 inputs, where the fused kernels accumulate in
-/// float32), the softmax in float32, the weights and the product with v in the input dtype again.
-/// It materialises the (B, H, L, S) scores, their softmax, and in training saves them for
-/// backward. What 1.13 runs; kept on every build as the reference the fused kernel is tested against.
+/// Softmax attention over (B, H, L, d) tensors with an optional mask broadcastable to (B, H, L, S),
+/// as at::scaled_dot_product_attention takes it: boolean (true = attend) or added to the scores
+/// (a float tensor: a bias, finfo.min where masked). The scale defaults to 1/sqrt(d). Written out:
+/// the scores, their scaling and the mask in the input dtype (rounded to bfloat16 for bfloat16
+/// inputs, where the fused kernels accumulate in float32), the softmax in float32, the weights and
+/// the product with v in the input dtype again. It materialises the (B, H, L, S) scores, their
+/// softmax, and in training saves them for backward. What 1.13 runs; kept on every build as the
+/// reference the fused kernel is tested against.
 inline at::Tensor attention_formula(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    const c10::optional<at::Tensor>& mask = c10::nullopt) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  auto scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+                                    const c10::optional<at::Tensor>& mask = c10::nullopt,
+                                    c10::optional<double> scale = c10::nullopt) {
+  const double s = scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = at::matmul(q, k.transpose(-2, -1));
+  if (s != 1.0) scores = scores * s;
   if (mask.has_value() && mask->defined()) {
-    scores = scores.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity());
+    scores = mask->scalar_type() == at::kBool
+                 ? scores.masked_fill(mask->logical_not(), -std::numeric_limits<float>::infinity())
+                 : scores + *mask;
   }
   // float32 softmax for half types; float64 inputs keep float64 (as the fused op does).
   const auto softmax_dtype = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -101,16 +111,19 @@ inline at::Tensor attention_formula(const at::Tensor& q, const at::Tensor& k, co
   return at::matmul(weights, v);
 }
 
-/// The same attention through at::scaled_dot_product_attention where LibTorch has it (2.0+): a
+/// The same attention through at::scaled_dot_product_attention where LibTorch has it (2.1+): a
 /// fused kernel (flash / memory-efficient attention on CUDA, flash attention on the CPU) that never
-/// holds the whole score matrix and saves only a log-sum-exp per row for backward. 1.13: the formula.
+/// holds the whole score matrix, keeps the scores in float32 (they are never rounded to a bfloat16
+/// input's dtype) and saves only a log-sum-exp per row for backward. A mask that requires grad
+/// (a trained bias) makes PyTorch choose its math kernel instead. 1.13: the formula.
 inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k,
                                                const at::Tensor& v,
-                                               const c10::optional<at::Tensor>& mask = c10::nullopt) {
-#if REMAT_TORCH_VERSION_AT_LEAST(2, 0)
-  return at::scaled_dot_product_attention(q, k, v, mask);
+                                               const c10::optional<at::Tensor>& mask = c10::nullopt,
+                                               c10::optional<double> scale = c10::nullopt) {
+#if REMAT_HAS_SCALED_DOT_PRODUCT_ATTENTION
+  return at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, /*is_causal=*/false, scale);
 #else
-  return attention_formula(q, k, v, mask);
+  return attention_formula(q, k, v, mask, scale);
 #endif
 }
 

@@ -36,7 +36,7 @@ std::string describe(const BuildInfo& info) {
   }
   text += std::string("float8 base weights: ") + (info.float8 ? "yes" : "no (LibTorch 2.1+)") +
           "; attention: " +
-          (info.fused_attention ? "at::scaled_dot_product_attention" : "the composite formula (LibTorch < 2.0)") + "\n";
+          (info.fused_attention ? "at::scaled_dot_product_attention" : "the composite formula (LibTorch < 2.1)") + "\n";
   return text;
 }
 

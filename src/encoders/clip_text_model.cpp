@@ -1,6 +1,7 @@
 // CLIPTextModel in LibTorch, ported from transformers' models/clip/modeling_clip.py
 // (CLIPTextEmbeddings, CLIPAttention with eager_attention_forward, CLIPMLP, CLIPEncoderLayer,
-// CLIPTextTransformer). The op order follows the eager path so that bf16 rounds as upstream does.
+// CLIPTextTransformer). Attention runs transformers' default, SDPA, where LibTorch has the fused
+// kernel; elsewhere the op order follows the eager path so that bf16 rounds as upstream's did.
 
 #include <cmath>
 #include <limits>
@@ -30,23 +31,38 @@ ClipAttentionImpl::ClipAttentionImpl(const ClipTextConfig& config)
 at::Tensor ClipAttentionImpl::forward(const at::Tensor& x, const at::Tensor& additive_mask) {
   const int64_t B = x.size(0), L = x.size(1), D = x.size(2);
   auto heads = [&](const at::Tensor& t) { return t.view({B, L, num_heads_, head_dim_}).transpose(1, 2); };
-  // Each intermediate is dropped as soon as the next exists: q and k with the scores, the scores
-  // with the softmax, the softmax with its product with v.
+  at::Tensor out;
+  if (fused_attention) {
+    // transformers' sdpa_attention_forward (integrations/sdpa_attention.py, the default since 5.0)
+    // with CLIPAttention's scale, head_dim ** -0.5; the causal mask as the additive mask (upstream
+    // passes is_causal instead when there is no padding mask: the same weights, exp of the masked
+    // entries is exactly 0 either way). The scores stay in fp32 inside the kernel.
+    const c10::optional<at::Tensor> mask =
+        additive_mask.defined() ? c10::optional<at::Tensor>(additive_mask) : c10::nullopt;
+    out = compat::scaled_dot_product_attention(heads(q_proj(x)), heads(k_proj(x)), heads(v_proj(x)), mask,
+                                               1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  } else {
+    out = eager_attention(heads(q_proj(x)), heads(k_proj(x)), heads(v_proj(x)), additive_mask);
+  }
+  return out_proj(out.transpose(1, 2).reshape({B, L, D}));
+}
+
+at::Tensor ClipAttentionImpl::eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                              const at::Tensor& additive_mask) const {
+  // transformers' eager_attention_forward (models/clip/modeling_clip.py): the scale multiplies the
+  // product, not q; the mask is added; the softmax runs in fp32 and is cast back before the
+  // product with v. Each intermediate is dropped as soon as the next exists: q and k with the
+  // scores, the scores with the softmax, the softmax with its product with v. The scale and the
+  // mask are applied in place (the product is not saved for backward by matmul, nor by either
+  // op; the scale as Python passes it, see python_number.h).
   at::Tensor weights;
   {
-    // The scale multiplies the product (eager_attention_forward), not q; the scale and the mask are
-    // applied in place (the product is not saved for backward by matmul, nor by either op; the
-    // scale as Python passes it, see python_number.h). The softmax runs in fp32 and is cast back
-    // before the product with v.
-    at::Tensor scores = at::matmul(heads(q_proj(x)), heads(k_proj(x)).transpose(-1, -2));
+    at::Tensor scores = at::matmul(q, k.transpose(-1, -2));
     scores.mul_(detail::python_number(1.0 / std::sqrt(static_cast<double>(head_dim_))));
     if (additive_mask.defined()) scores.add_(additive_mask);
-    weights = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
+    weights = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
   }
-  at::Tensor out = at::matmul(weights, heads(v_proj(x)));
-  weights.reset();
-  out = out.transpose(1, 2).reshape({B, L, D});
-  return out_proj(out);
+  return at::matmul(weights, v);
 }
 
 ClipMlpImpl::ClipMlpImpl(const ClipTextConfig& config) : quick_gelu_(config.hidden_act == "quick_gelu") {

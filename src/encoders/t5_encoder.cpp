@@ -16,6 +16,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "remat/compat.h"
 #include "remat/encoders/activations.h"
 #include "remat/util/error.h"
 
@@ -137,23 +138,42 @@ at::Tensor T5AttentionImpl::compute_bias(int64_t query_length, int64_t key_lengt
 }
 
 // Note [T5 attention in query chunks]
-// Softmax rows are independent, so the scores are computed for a chunk of queries at a time:
-// each row is the same product, bias, fp32 softmax and product with v as with the whole (H, L, L)
-// matrix (the contracted dimension is untouched, so the sums run in the same order), while only
-// (H, chunk, L) of it is alive. At FLUX.1's 512 tokens T5-XXL's 64 heads make the whole matrix
-// 64 MiB in fp32, and transformers held it twice (scores and softmax); its SDPA path (the default
-// in transformers 5) never materialises it either.
+// Without a fused kernel (LibTorch 1.13) the scores are computed for a chunk of queries at a time.
+// Softmax rows are independent: each row is the same product, bias, fp32 softmax and product with
+// v as with the whole (H, L, L) matrix (the contracted dimension is untouched, so the sums run in
+// the same order), while only (H, chunk, L) of it is alive. At FLUX.1's 512 tokens T5-XXL's 64
+// heads make the whole matrix 64 MiB in fp32, and transformers' eager path holds it twice (scores
+// and softmax). The fused kernel never materialises it at all.
 at::Tensor T5AttentionImpl::forward(const at::Tensor& x, const at::Tensor& position_bias) {
   const int64_t B = x.size(0), L = x.size(1), H = config_.num_heads, dk = config_.d_kv;
   auto heads = [&](const at::Tensor& t) { return t.view({B, -1, H, dk}).transpose(1, 2); };
-  const at::Tensor qh = heads(q->forward(x)), kt = heads(k->forward(x)).transpose(3, 2), vh = heads(v->forward(x));
-  const int64_t Lk = kt.size(3);
+  at::Tensor out;
+  if (fused_attention) {
+    // transformers' sdpa_attention_forward (integrations/sdpa_attention.py, the default since 5.0)
+    // for T5Attention: the position bias (with the padding mask in it) as SDPA's additive mask,
+    // scale 1 (T5Attention.scaling). The scores stay in fp32 inside the kernel; in bf16 this is
+    // several times more accurate and faster than the eager formula below (docs/PERFORMANCE.md).
+    out = compat::scaled_dot_product_attention(heads(q->forward(x)), heads(k->forward(x)), heads(v->forward(x)),
+                                               position_bias, /*scale=*/1.0);
+  } else {
+    out = attend_in_query_chunks(heads(q->forward(x)), heads(k->forward(x)).transpose(3, 2), heads(v->forward(x)),
+                                 position_bias);
+  }
+  return o->forward(out.transpose(1, 2).reshape({B, L, H * dk}));
+}
+
+// transformers' eager T5 attention before 5.0 (models/t5/modeling_t5.py T5Attention.forward at
+// 6b8b757dfcb582379a64f013cdce46c43629f2b0): scores += position_bias,
+// softmax(scores.float()).type_as(scores), matmul with v; Note [T5 attention in query chunks].
+at::Tensor T5AttentionImpl::attend_in_query_chunks(const at::Tensor& qh, const at::Tensor& kt, const at::Tensor& vh,
+                                                   const at::Tensor& position_bias) const {
+  const int64_t B = qh.size(0), H = qh.size(1), L = qh.size(2), Lk = kt.size(3);
   // Queries per chunk: (B, H, chunk, Lk) fp32 scores of at most kT5ScoreChunkBytes.
   const int64_t chunk = query_chunk > 0 ? query_chunk
                                         : std::max<int64_t>(1, kT5ScoreChunkBytes / std::max<int64_t>(1, B * H * Lk * 4));
   // Upstream's softmax runs in fp32 (`scores.float()`); fp64 stays fp64 (see T5LayerNormImpl).
-  const auto softmax_dtype = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  at::Tensor out = at::empty({B, H, L, dk}, vh.options());
+  const auto softmax_dtype = qh.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  at::Tensor out = at::empty({B, H, L, vh.size(3)}, vh.options());
   for (int64_t s = 0; s < L; s += chunk) {
     const int64_t e = std::min(L, s + chunk);
     // No 1/sqrt(d_kv): Mesh-TensorFlow T5 folds it into the initialisation of q.
@@ -165,7 +185,7 @@ at::Tensor T5AttentionImpl::forward(const at::Tensor& x, const at::Tensor& posit
     scores.reset();
     out.slice(2, s, e).copy_(at::matmul(weights, vh));
   }
-  return o->forward(out.transpose(1, 2).reshape({B, L, H * dk}));
+  return out;
 }
 
 T5DenseReluDenseImpl::T5DenseReluDenseImpl(const T5Config& config) : config_(config) {

@@ -112,6 +112,7 @@ at::Tensor tiny_ids(const std::vector<std::vector<int64_t>>& contents) {
   return ids;
 }
 
+// Both attention paths: the fused kernel where LibTorch has it, the eager formula.
 TEST_F(ClipTextModelTest, AttentionIsCausalAndMatchesTheFormula) {
   const auto config = ClipTextConfig::tiny();
   remat::encoders::ClipAttention attn(config);
@@ -119,24 +120,29 @@ TEST_F(ClipTextModelTest, AttentionIsCausalAndMatchesTheFormula) {
   attn->to(at::kDouble);
   const auto x = torch::randn({2, 9, config.hidden_size}, at::kDouble);
   const auto mask = remat::encoders::clip_causal_mask(9, at::kDouble, at::kCPU);
-  const auto got = attn->forward(x, mask);
-  EXPECT_LT(max_rel_err(got, attention_ref(x, attn, config.num_attention_heads)), kFp32SoftmaxTolerance);
-  // Changing a later token leaves earlier outputs alone.
   auto x2 = x.clone();
   x2.index_put_({torch::indexing::Slice(), 5}, torch::randn({2, config.hidden_size}, at::kDouble));
-  const auto got2 = attn->forward(x2, mask);
-  EXPECT_TRUE(torch::equal(got.narrow(1, 0, 5), got2.narrow(1, 0, 5)));
-  EXPECT_FALSE(torch::allclose(got.narrow(1, 5, 1), got2.narrow(1, 5, 1)));
+  for (const bool fused : {false, true}) {
+    attn->fused_attention = fused;
+    const auto got = attn->forward(x, mask);
+    EXPECT_LT(max_rel_err(got, attention_ref(x, attn, config.num_attention_heads)), kFp32SoftmaxTolerance)
+        << "fused " << fused;
+    // Changing a later token leaves earlier outputs alone.
+    const auto got2 = attn->forward(x2, mask);
+    EXPECT_TRUE(torch::equal(got.narrow(1, 0, 5), got2.narrow(1, 0, 5))) << "fused " << fused;
+    EXPECT_FALSE(torch::allclose(got.narrow(1, 5, 1), got2.narrow(1, 5, 1))) << "fused " << fused;
+  }
 }
 
-// In bfloat16 the attention rounds as transformers' eager_attention_forward orders it: the
-// product times the scale (a Python float), plus the mask, softmax in fp32, cast back; the
-// in-place scale and mask give those bits.
+// In bfloat16 the eager path (what LibTorch 1.13 runs) rounds as transformers'
+// eager_attention_forward orders it: the product times the scale (a Python float), plus the mask,
+// softmax in fp32, cast back; the in-place scale and mask give those bits.
 TEST_F(ClipTextModelTest, Bfloat16AttentionRoundsAsTheEagerExpression) {
   const auto config = ClipTextConfig::tiny();
   remat::encoders::ClipAttention attn(config);
   randomize(*attn);
   attn->to(at::kBFloat16);
+  attn->fused_attention = false;
   torch::NoGradGuard no_grad;
   const auto x = torch::randn({2, 9, config.hidden_size}).to(at::kBFloat16);
   const auto mask = remat::encoders::clip_causal_mask(9, at::kBFloat16, at::kCPU);
@@ -147,6 +153,35 @@ TEST_F(ClipTextModelTest, Bfloat16AttentionRoundsAsTheEagerExpression) {
   const auto weights = at::softmax(scores, -1, at::kFloat).to(at::kBFloat16);
   const auto want = attn->out_proj(at::matmul(weights, v).transpose(1, 2).reshape({B, L, config.hidden_size}));
   EXPECT_TRUE(torch::equal(attn->forward(x, mask), want));
+}
+
+// The fused kernel keeps the scores in fp32 where the eager formula rounds them to bf16: against
+// float64 on the same bf16 weights and input it is at least as close (strictly closer where
+// LibTorch has the kernel; on 1.13 both run the formula), and in float32 the paths agree to rounding.
+TEST_F(ClipTextModelTest, FusedAttentionIsTheFormulaAndRoundsLessInBfloat16) {
+  const auto config = ClipTextConfig::tiny();
+  remat::encoders::ClipAttention attn(config);
+  {
+    torch::NoGradGuard guard;
+    for (auto& p : attn->parameters()) p.normal_(0.0, 0.5);  // scores of a few units
+  }
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 24, config.hidden_size});
+  auto run = [&](bool fused, at::ScalarType dtype) {
+    attn->to(dtype);
+    attn->fused_attention = fused;
+    return attn->forward(x.to(dtype), remat::encoders::clip_causal_mask(24, dtype, at::kCPU)).to(at::kDouble);
+  };
+  EXPECT_LT(max_rel_err(run(true, at::kFloat), run(false, at::kFloat)), 1e-5);
+  const at::Tensor fused = run(true, at::kBFloat16), eager = run(false, at::kBFloat16);
+  const at::Tensor exact = attention_ref(x.to(at::kBFloat16), attn, config.num_attention_heads);
+  const double fused_error = max_rel_err(fused, exact), eager_error = max_rel_err(eager, exact);
+  EXPECT_GT(eager_error, 0.0);
+  if (remat::compat::kHasScaledDotProductAttention) {
+    EXPECT_LT(fused_error, eager_error);
+  } else {
+    EXPECT_EQ(fused_error, eager_error);
+  }
 }
 
 // Without autograd each layer adds its residuals in place, frees its input and runs quick_gelu

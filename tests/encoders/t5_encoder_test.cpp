@@ -256,6 +256,8 @@ TEST_F(T5EncoderTest, LayerNormIsRmsWithoutMeanOrBias) {
   }
 }
 
+// Both attention paths (the fused kernel where LibTorch has it, the formula in query chunks) against
+// the float64 formula.
 TEST_F(T5EncoderTest, AttentionHasNoScalingAndAddsBiasAndMask) {
   const T5Config c = T5Config::tiny();
   remat::encoders::T5Attention attn(c, true);
@@ -270,12 +272,15 @@ TEST_F(T5EncoderTest, AttentionHasNoScalingAndAddsBiasAndMask) {
   at::Tensor bias = attn->compute_bias(L, L);
   ASSERT_EQ(bias.sizes(), (std::vector<int64_t>{1, c.num_heads, L, L}));
   const auto m = torch::tensor({1.0, 1.0, 1.0, 1.0, 0.0, 0.0}, torch::kDouble).view({1, 1, 1, L});
-  const auto out = attn->forward(x, bias + (1.0 - m) * std::numeric_limits<double>::lowest());
   const auto ref = attention(to_matrix(x[0]), to_matrix(attn->q->weight), to_matrix(attn->k->weight),
                              to_matrix(attn->v->weight), to_matrix(attn->o->weight), c.num_heads,
                              c.d_kv, position_bias(to_matrix(attn->relative_attention_bias->weight), c.num_heads, L),
                              mask);
-  EXPECT_LT(max_abs_diff(out[0], ref), 1e-12);
+  for (const bool fused : {false, true}) {
+    attn->fused_attention = fused;
+    const auto out = attn->forward(x, bias + (1.0 - m) * std::numeric_limits<double>::lowest());
+    EXPECT_LT(max_abs_diff(out[0], ref), 1e-12) << "fused " << fused;
+  }
 }
 
 // Note [T5 attention in query chunks]: any chunk size computes the same rows, bit for bit in
@@ -283,6 +288,7 @@ TEST_F(T5EncoderTest, AttentionHasNoScalingAndAddsBiasAndMask) {
 TEST_F(T5EncoderTest, AttentionInQueryChunksEqualsTheWholeMatrix) {
   const T5Config c = T5Config::tiny();
   remat::encoders::T5Attention attn(c, true);
+  attn->fused_attention = false;
   {
     torch::NoGradGuard guard;
     for (auto& p : attn->parameters()) p.normal_(0.0, 0.4);
@@ -302,16 +308,60 @@ TEST_F(T5EncoderTest, AttentionInQueryChunksEqualsTheWholeMatrix) {
   }
 }
 
+// In bfloat16 the formula rounds the unscaled scores (T5 has no 1/sqrt(d)) to bf16 before the
+// softmax; the fused kernel keeps them in fp32. Against float64 on the same bf16 weights and input
+// the fused path is at least as close (strictly closer where LibTorch has the kernel: on 1.13 both
+// run the formula), and in float32 the two paths agree to rounding.
+TEST_F(T5EncoderTest, FusedAttentionIsTheFormulaAndRoundsLessInBfloat16) {
+  const T5Config c = T5Config::tiny();
+  remat::encoders::T5Attention attn(c, true);
+  {
+    torch::NoGradGuard guard;
+    for (auto& p : attn->parameters()) p.normal_(0.0, 0.6);  // scores of a few units, as T5-XXL's
+  }
+  torch::NoGradGuard no_grad;
+  const int64_t L = 24;
+  const auto x = torch::randn({2, L, c.d_model});
+  const at::Tensor key_mask = (1.0 - (torch::arange(L) < 20).to(at::kFloat).view({1, 1, 1, L})) *
+                              std::numeric_limits<float>::lowest();
+  auto run = [&](bool fused, at::ScalarType dtype) {
+    attn->to(dtype);
+    attn->fused_attention = fused;
+    return attn->forward(x.to(dtype), attn->compute_bias(L, L) + key_mask.to(dtype)).to(at::kDouble);
+  };
+  auto rel = [](const at::Tensor& a, const at::Tensor& b) { return ((a - b).abs().max() / b.abs().max()).item<double>(); };
+  EXPECT_LT(rel(run(true, at::kFloat), run(false, at::kFloat)), 1e-5);
+  const at::Tensor fused = run(true, at::kBFloat16), formula = run(false, at::kBFloat16);
+  const at::Tensor exact = run(false, at::kDouble);  // the bf16 weights, widened
+  const double fused_error = rel(fused, exact), formula_error = rel(formula, exact);
+  EXPECT_GT(formula_error, 0.0);
+  if (remat::compat::kHasScaledDotProductAttention) {
+    EXPECT_LT(fused_error, formula_error);
+  } else {
+    EXPECT_EQ(fused_error, formula_error);
+  }
+}
+
 // Without autograd the blocks add the residuals and run the gated activation in place, and the
 // model moves each block its input: the same bits as the autograd path, in float32 and bfloat16.
+// With the fused kernel the weights are frozen (as the trainer's text encoders are): a position
+// bias that requires grad makes PyTorch pick its math kernel instead, other bits by design.
 TEST_F(T5EncoderTest, InferenceInPlaceEqualsTheAutogradPath) {
-  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    auto model = random_tiny(dtype);
-    const auto input = torch::tensor({5, 17, 3, 200, 1, 0, 0, 0}).view({1, -1});
-    ASSERT_TRUE(model->shared->weight.requires_grad());
-    const at::Tensor with_autograd = model->forward(input).detach();
-    torch::NoGradGuard no_grad;
-    EXPECT_TRUE(torch::equal(model->forward(input), with_autograd)) << dtype;
+  for (const bool fused : {false, remat::compat::kHasScaledDotProductAttention}) {
+    for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+      auto model = random_tiny(dtype);
+      for (const auto& block : *model->encoder->block) {
+        block->as<remat::encoders::T5BlockImpl>()->self_attention->fused_attention = fused;
+      }
+      if (fused) {
+        for (auto& p : model->parameters()) p.requires_grad_(false);
+      }
+      const auto input = torch::tensor({5, 17, 3, 200, 1, 0, 0, 0}).view({1, -1});
+      ASSERT_TRUE(at::GradMode::is_enabled());
+      const at::Tensor with_autograd = model->forward(input).detach();
+      torch::NoGradGuard no_grad;
+      EXPECT_TRUE(torch::equal(model->forward(input), with_autograd)) << dtype << " fused " << fused;
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "remat/compat.h"
 #include "remat/export.h"
 #include "remat/models/layers.h"
 
@@ -84,7 +85,13 @@ class REMAT_API ClipAttentionImpl : public torch::nn::Module {
  public:
   explicit ClipAttentionImpl(const ClipTextConfig& config);
   /// x (B, L, D); additive_mask broadcastable to (B, H, L, L) in x's dtype, or undefined.
+  /// softmax(q k^T / sqrt(d) + mask) v: fused (at::scaled_dot_product_attention, as transformers'
+  /// default SDPA path) where LibTorch has it, otherwise transformers' eager formula.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& additive_mask);
+
+  /// Whether forward runs the fused kernel: true where LibTorch has it (2.1+); false computes the
+  /// eager formula, what LibTorch 1.13 runs (tests compare the two).
+  bool fused_attention = compat::kHasScaledDotProductAttention;
 
   // remat's Linear (at::linear, bias fused as in PyTorch's nn.Linear): LibTorch's C++
   // torch::nn::Linear adds the bias after a separate matmul for 3-D inputs, which rounds twice
@@ -92,6 +99,10 @@ class REMAT_API ClipAttentionImpl : public torch::nn::Module {
   models::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
 
  private:
+  /// The eager formula over heads: q, k, v (B, H, L, d).
+  at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& additive_mask) const;
+
   int64_t num_heads_;
   int64_t head_dim_;
 };

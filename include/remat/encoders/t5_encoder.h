@@ -13,6 +13,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "remat/compat.h"
 #include "remat/encoders/t5_config.h"
 #include "remat/export.h"
 #include "remat/io/safetensors.h"
@@ -61,17 +62,27 @@ class REMAT_API T5AttentionImpl : public torch::nn::Module {
   /// The position bias (1, H, Lq, Lk) in the weight's dtype (needs the bias table).
   at::Tensor compute_bias(int64_t query_length, int64_t key_length);
 
-  /// x (B, L, D), position_bias (1 or B, H, L or 1, L) -> (B, L, D).
-  /// scores = q k^T + position_bias; softmax in fp32, rounded back to the scores' dtype;
-  /// computed for a chunk of queries at a time (query_chunk; the same rows).
+  /// x (B, L, D), position_bias (1 or B, H, L or 1, L) -> (B, L, D): softmax(q k^T +
+  /// position_bias) v, unscaled. Fused (at::scaled_dot_product_attention with the bias as its
+  /// additive mask and scale 1, as transformers' default SDPA path runs it) where LibTorch has it;
+  /// otherwise the formula of transformers' eager path (scores rounded to their dtype, softmax in
+  /// fp32, rounded back), a chunk of queries at a time.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& position_bias);
 
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   torch::nn::Embedding relative_attention_bias{nullptr};
-  /// Queries per chunk of the scores; 0 (the default): as many as fit 16 MiB of fp32 scores.
+  /// Whether forward runs the fused kernel: true where LibTorch has it (2.1+). false computes the
+  /// formula in query chunks, what LibTorch 1.13 runs (tests compare the two).
+  bool fused_attention = compat::kHasScaledDotProductAttention;
+  /// The formula's queries per chunk of the scores; 0 (the default): as many as fit 16 MiB of fp32
+  /// scores.
   int64_t query_chunk = 0;
 
  private:
+  /// The formula over heads: qh (B, H, L, dk), kt (B, H, dk, Lk), vh (B, H, Lk, dk).
+  at::Tensor attend_in_query_chunks(const at::Tensor& qh, const at::Tensor& kt, const at::Tensor& vh,
+                                    const at::Tensor& position_bias) const;
+
   T5Config config_;
 };
 TORCH_MODULE(T5Attention);

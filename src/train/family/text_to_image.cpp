@@ -114,7 +114,7 @@ class FamilyTextToImage final : public FamilyPipeline {
 
  private:
   // Memory admission of sampling, before any model loads: the largest transient of each stage must
-  // fit what the device has. Denoising without a fused attention kernel (LibTorch < 2.0) holds one
+  // fit what the device has. Denoising without a fused attention kernel (LibTorch < 2.1) holds one
   // attention's score matrix and its softmax (heads x tokens^2 in float32); decoding holds the
   // autoencoder's peak. (--width 16384 wanted 160 GB in one allocation before.)
   void admit(const sample::PipelineOptions& options, const std::vector<sample::SampleRequest>& requests,
