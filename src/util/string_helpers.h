@@ -46,6 +46,9 @@ inline std::string join(const std::vector<std::string>& items, std::string_view 
 /// "[2, 3]", as PyTorch prints a shape.
 inline std::string shape_text(c10::IntArrayRef shape) { return c10::str(shape); }
 
+/// A number as a person writes it (0.9, 1e-06, 3.5): the stream's default format.
+inline std::string render_number(double v) { return c10::str(v); }
+
 /// `s` safe inside HTML or XML text and quoted attribute values: & < > " ' as entities.
 inline std::string html_escape(std::string_view s) {
   std::string out;

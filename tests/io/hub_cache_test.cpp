@@ -10,6 +10,7 @@
 #include <string>
 
 #include "remat/io/hub_cache.h"
+#include "scoped_environment.h"
 #include "temp_dir.h"
 #include "value_error.h"
 
@@ -21,35 +22,11 @@ using remat::io::find_hub_snapshot;
 using remat::io::hub_cache_location;
 using remat::io::is_hub_model_id;
 using remat::testing::error_of;
+using remat::testing::ScopedEnvironment;
 using remat::testing::TempDir;
 
 const std::string kCommitA(40, 'a');
 const std::string kCommitB = "0123456789abcdef0123456789abcdef01234567";
-
-// Sets (or with nullopt unsets) environment variables for one scope, restoring them after.
-class ScopedEnvironment {
- public:
-  explicit ScopedEnvironment(const std::map<std::string, std::optional<std::string>>& values) {
-    for (const auto& [name, value] : values) {
-      const char* old = std::getenv(name.c_str());
-      saved_[name] = old ? std::optional<std::string>(old) : std::nullopt;
-      set(name, value);
-    }
-  }
-  ~ScopedEnvironment() {
-    for (const auto& [name, value] : saved_) set(name, value);
-  }
-
- private:
-  static void set(const std::string& name, const std::optional<std::string>& value) {
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-  std::map<std::string, std::optional<std::string>> saved_;
-};
 
 // A file of the snapshot as huggingface_hub stores it: the bytes in blobs/, a relative symlink.
 void add_file(const fs::path& repo, const std::string& commit, const std::string& name, const std::string& bytes) {

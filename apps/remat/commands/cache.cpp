@@ -6,6 +6,7 @@
 #include "command.h"
 #include "remat/util/error.h"
 #include "remat/memory.h"
+#include "remat/train/family/hub_models.h"
 #include "remat/train/options/config.h"
 #include "remat/train/data/image_data.h"
 #include "remat/train/options/options.h"
@@ -24,8 +25,9 @@ int run_cache(const std::vector<std::string>& args) {
     return 0;
   }
   std::vector<std::string> warnings;
-  const train::TrainConfig config = train::load_train_config(args, warnings);  // throws: exit 2
+  train::TrainConfig config = train::load_train_config(args, warnings);  // throws: exit 2
   for (const auto& warning : warnings) std::cerr << "warning: " << warning << "\n";
+  for (const auto& line : train::resolve_hub_models(config)) std::cerr << line << "\n";  // throws: exit 2
   if (!train::is_image_run(config)) {
     throw_value_error("[cache] nothing to cache: set data_backend_config, or instance_data_dir to a folder of "
                       "pictures with captions (a directory of .safetensors samples is already a latent cache)");

@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "parse_args.h"
+#include "remat/train/family/hub_models.h"
 #include "remat/train/options/options.h"
 #include "remat/train/options/config.h"
 #include "remat/train/validation/demo_quality.h"
@@ -54,8 +55,9 @@ int run_demo_quality(const std::vector<std::string>& args) {
   if (!has_config) train_args.insert(train_args.begin(), std::string("--config=") + kDemoConfig);
 
   std::vector<std::string> warnings;
-  const train::TrainConfig config = train::load_train_config(train_args, warnings);  // throws: exit 2
+  train::TrainConfig config = train::load_train_config(train_args, warnings);  // throws: exit 2
   for (const auto& warning : warnings) std::cerr << "warning: " << warning << "\n";
+  for (const auto& line : train::resolve_hub_models(config)) std::cerr << line << "\n";  // throws: exit 2
   const auto report =
       train::measure_demo_quality(config, options, [](const std::string& line) { std::cerr << line << "\n"; });
   std::cout << train::format_demo_quality(report);

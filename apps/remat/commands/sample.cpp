@@ -19,6 +19,7 @@
 #include "remat/util/error.h"
 #include "remat/util/files.h"
 #include "remat/memory.h"
+#include "remat/io/hub_cache.h"
 #include "remat/sample/pipeline.h"
 #include "remat/image/png_file.h"
 #include "remat/train/memory/base_precision.h"
@@ -96,10 +97,15 @@ int run_sample(const std::vector<std::string>& args) {
   std::optional<std::string> negative_prompt;
   sample::SamplingSettings settings;
   int64_t seed = 0, max_length = 512, tiling_above = 1024, threads = 0;
+  std::string revision = "main";
   app.add_option("--pipeline,--pretrained_model_name_or_path", folder,
                  "A diffusers Flux pipeline folder (model_index.json, transformer/, vae/, text_encoder/, "
-                 "text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/)")
+                 "text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/), or the Hugging Face model id of one "
+                 "in the local hub cache (never downloaded)")
       ->required();
+  app.add_option("--revision", revision, "The revision of a --pipeline given as a hub id: a branch, a tag or a "
+                 "commit hash")
+      ->capture_default_str();
   app.add_option("--prompt", prompts, "A prompt (repeat for several pictures)");
   app.add_option("--prompt_file", prompt_file, "A text file with one prompt per line (blank lines skipped)");
   app.add_option("--negative_prompt", negative_prompt,
@@ -160,6 +166,13 @@ int run_sample(const std::vector<std::string>& args) {
   if (extension != ".png") throw_value_error("[sample] --output must name a .png file, got '" + output + "'");
   train::check_output_file(output, "--output");
   settings.seed = static_cast<uint64_t>(seed);
+
+  if (!std::filesystem::exists(folder) && io::is_hub_model_id(folder)) {
+    const io::HubSnapshot snapshot = io::find_hub_snapshot(folder, revision, {"model_index.json"}, "sample");
+    std::cout << "pipeline: " << folder << " at revision " << revision << " (commit " << snapshot.commit
+              << ") from the Hugging Face cache: " << snapshot.directory << "\n";
+    folder = snapshot.directory;
+  }
 
   sample::PipelineOptions options;
   options.folder = folder;

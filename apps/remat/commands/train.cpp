@@ -10,6 +10,7 @@
 
 #include "command.h"
 #include "remat/memory.h"
+#include "remat/train/family/hub_models.h"
 #include "remat/train/options/config.h"
 #include "remat/train/options/options.h"
 #include "remat/train/run/progress.h"
@@ -43,8 +44,9 @@ int run_train(const std::vector<std::string>& args) {
     return 0;
   }
   std::vector<std::string> warnings;
-  const train::TrainConfig config = train::load_train_config(args, warnings);  // throws: exit 2
+  train::TrainConfig config = train::load_train_config(args, warnings);  // throws: exit 2
   for (const auto& warning : warnings) std::cerr << "warning: " << warning << "\n";
+  for (const auto& line : train::resolve_hub_models(config)) std::cerr << line << "\n";  // throws: exit 2
 
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);

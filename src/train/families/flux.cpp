@@ -32,23 +32,29 @@ using namespace support;
 
 const char* const kFluxName = "flux";
 
-// model_flavour values: SimpleTuner's names (its flux/model.py HUGGINGFACE_PATHS, default krea)
+// model_flavour values: SimpleTuner's names and hub ids (its flux/model.py HUGGINGFACE_PATHS, default krea)
 // on remat's presets, then remat's small test configurations.
 std::vector<FlavourSpec> flux_flavours() {
   return {
       {"krea", "flux-dev", "FLUX.1 Krea [dev], SimpleTuner's default: the dev architecture (guidance embedder, "
-                           "19 double + 38 single blocks)", ""},
+                           "19 double + 38 single blocks)", "",
+       "black-forest-labs/flux.1-krea-dev"},
       {"dev", "flux-dev", "FLUX.1 [dev]: guidance-distilled, trained with flux_guidance_value as its guidance "
-                          "input", ""},
+                          "input", "",
+       "black-forest-labs/flux.1-dev"},
       {"schnell", "flux-schnell", "FLUX.1 [schnell]: no guidance embedder (SimpleTuner also adds its schnell "
-                                  "assistant LoRA and needs flux_fast_schedule; remat does neither)", ""},
+                                  "assistant LoRA and needs flux_fast_schedule; remat does neither)", "",
+       "black-forest-labs/flux.1-schnell"},
       {"kontext", "flux-dev", "FLUX.1 Kontext [dev]: the dev architecture trained on image edits",
-       "reference-image conditioning (Kontext edit pairs)"},
+       "reference-image conditioning (Kontext edit pairs)",
+       "black-forest-labs/flux.1-kontext-dev"},
       {"fluxbooru", "flux-dev", "FluxBooru v0.3: the dev architecture with a fixed guidance input of 3.5 "
-                                "(flux_guidance_value is set to 3.5, as SimpleTuner does)", ""},
+                                "(flux_guidance_value is set to 3.5, as SimpleTuner does)", "",
+       "terminusresearch/fluxbooru-v0.3"},
       {"libreflux", "flux-schnell", "LibreFlux: a de-distilled schnell (no guidance embedder) that needs "
                                     "attention masking",
-       "attention masking of padded text tokens (flux_attention_masked_training)"},
+       "attention masking of padded text tokens (flux_attention_masked_training)",
+       "jimmycarter/LibreFlux-SimpleTuner"},
       {"flux-tiny", "flux-tiny", "remat's test configuration: 2 + 2 blocks, hidden size 64", ""},
       {"flux-small", "flux-small", "remat's small configuration for demos and benchmarks: 4 + 8 blocks, "
                                    "hidden size 128", ""},

@@ -17,17 +17,23 @@ using namespace support;
 
 const char* const kMageFlowName = "mageflow";
 
-// model_flavour values: SimpleTuner's names (its mageflow/model.py HUGGINGFACE_PATHS, default
+// model_flavour values: SimpleTuner's names and hub ids (its mageflow/model.py HUGGINGFACE_PATHS, default
 // base), all the published architecture, then remat's small test configurations.
 std::vector<FlavourSpec> mageflow_flavours() {
   const std::string edit = "reference-image conditioning (edit pairs)";
   return {
-      {"base", "mageflow-4b", "Mage-Flow base, SimpleTuner's default (12 blocks, hidden size 3072)", ""},
-      {"default", "mageflow-4b", "Mage-Flow: the released model, same architecture as base", ""},
-      {"turbo", "mageflow-4b", "Mage-Flow Turbo: the few-step model, same architecture as base", ""},
-      {"edit-base", "mageflow-4b", "Mage-Flow Edit base: trained on image edits", edit},
-      {"edit", "mageflow-4b", "Mage-Flow Edit: trained on image edits", edit},
-      {"edit-turbo", "mageflow-4b", "Mage-Flow Edit Turbo: trained on image edits", edit},
+      {"base", "mageflow-4b", "Mage-Flow base, SimpleTuner's default (12 blocks, hidden size 3072)", "",
+       "microsoft/Mage-Flow-Base"},
+      {"default", "mageflow-4b", "Mage-Flow: the released model, same architecture as base", "",
+       "microsoft/Mage-Flow"},
+      {"turbo", "mageflow-4b", "Mage-Flow Turbo: the few-step model, same architecture as base", "",
+       "microsoft/Mage-Flow-Turbo"},
+      {"edit-base", "mageflow-4b", "Mage-Flow Edit base: trained on image edits", edit,
+       "microsoft/Mage-Flow-Edit-Base"},
+      {"edit", "mageflow-4b", "Mage-Flow Edit: trained on image edits", edit,
+       "microsoft/Mage-Flow-Edit"},
+      {"edit-turbo", "mageflow-4b", "Mage-Flow Edit Turbo: trained on image edits", edit,
+       "microsoft/Mage-Flow-Edit-Turbo"},
       {"mageflow-tiny", "mageflow-tiny", "remat's test configuration: 2 blocks, hidden size 64", ""},
       {"mageflow-small", "mageflow-small", "remat's small configuration: 6 blocks, hidden size 128", ""},
   };

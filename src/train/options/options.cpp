@@ -79,7 +79,8 @@ std::vector<OptionSpec> build_registry() {
       if (std::find(all_flavours.begin(), all_flavours.end(), flavour.name) == all_flavours.end()) {
         all_flavours.push_back(flavour.name);
       }
-      flavour_labels[flavour.name] = flavour.summary;
+      flavour_labels[flavour.name] =
+          flavour.hub_id.empty() ? flavour.summary : flavour.summary + " (Hugging Face id " + flavour.hub_id + ")";
       if (!flavour.unsupported.empty()) flavour_unsupported[flavour.name] = flavour.unsupported;
     }
     for (const auto& [old, current] : f->flavour_aliases) flavour_aliases[old] = current;
@@ -105,14 +106,25 @@ std::vector<OptionSpec> build_registry() {
   for (const auto& [name, needs] : flavour_unsupported) flavour.unsupported(name, needs);
   add(std::move(flavour));
   add(Opt(kModel, "pretrained_model_name_or_path", T::Path, bind_field(&C::pretrained_model_name_or_path),
-          "The model: a diffusers pipeline folder, a transformer folder, or a .safetensors file with "
-          "diffusers key names")
+          "The model: a diffusers pipeline folder, a transformer folder, a .safetensors file with "
+          "diffusers key names, or a Hugging Face model id in the local hub cache")
       .nullable()
       .tooltip("A pipeline folder (model_index.json) gives its transformer/ with its config.json; a "
                "transformer folder holds config.json and diffusion_pytorch_model.safetensors or a "
-               "sharded index; a single .safetensors uses the flavour's shapes. Unset: the "
-               "transformer is initialised randomly (a warning is logged). remat reads local paths; "
-               "SimpleTuner also accepts a Hugging Face repository name. See docs/PIPELINE_FOLDER.md."));
+               "sharded index; a single .safetensors uses the flavour's shapes. An id such as "
+               "black-forest-labs/FLUX.1-dev that is not a local path is read from the Hugging Face "
+               "cache (HF_HUB_CACHE, HF_HOME/hub or ~/.cache/huggingface/hub) at `revision`; "
+               "remat never downloads. Unset: the flavour's hub id, as SimpleTuner maps it "
+               "(remat's small flavours start from random weights); random: random weights. "
+               "See docs/PIPELINE_FOLDER.md.")
+      .default_note("unset (the flavour's hub id; random weights for remat's small flavours)"));
+  add(Opt(kModel, "revision", T::String, bind_field(&C::revision),
+          "The revision of a Hugging Face model id: a branch, a tag or a commit hash")
+      .nullable()
+      .tooltip("Applies to every model option given as a hub id (pretrained_model_name_or_path, "
+               "pretrained_transformer_model_name_or_path, pretrained_vae_model_name_or_path) and to "
+               "the flavour's default id. The revision must be in the local cache.")
+      .default_note("unset (main)"));
   add(Opt(kModel, "pretrained_transformer_model_name_or_path", T::Path,
           bind_field(&C::pretrained_transformer_model_name_or_path),
           "Take the transformer from this pipeline or transformer folder instead")
@@ -128,9 +140,9 @@ std::vector<OptionSpec> build_registry() {
   add(Opt(kModel, "pretrained_vae_model_name_or_path", T::Path, bind_field(&C::pretrained_vae_model_name_or_path),
           "Take the VAE from this pipeline or VAE folder instead")
       .nullable()
-      .tooltip("A local folder is checked at start (config.json and weights); anything else (a "
-               "Hugging Face repository name) is noted and not read. Training reads VAE latents "
-               "from the latent cache, so the VAE is not loaded."));
+      .tooltip("A local folder, or a Hugging Face model id found in the local hub cache, is checked "
+               "at start (config.json and weights); an id not in the cache is noted and not read. "
+               "Training reads VAE latents from the latent cache, so the VAE is not loaded."));
   add(Opt(kModel, "pretrained_transformer_config", T::Path, bind_field(&C::pretrained_transformer_config),
           "A transformer config.json (diffusers format) overriding the flavour's shapes")
       .nullable());

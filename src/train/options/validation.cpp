@@ -308,11 +308,20 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
       }
     }
   }
-  if (family != nullptr && !config.pretrained_model_name_or_path &&
-      !config.pretrained_transformer_model_name_or_path) {
-    warn("pretrained_model_name_or_path", "",
-         "[train] pretrained_model_name_or_path is not set: the " + config.model_flavour +
-             " transformer starts from random weights");
+  // Random weights only when asked for: unset with one of remat's small flavours (which have no
+  // published weights), or "random". A published flavour without a path means its hub id
+  // (resolve_hub_models).
+  if (family != nullptr && !config.pretrained_transformer_model_name_or_path) {
+    const FlavourSpec* flavour = family->flavour(config.model_flavour);
+    if (config.pretrained_model_name_or_path == std::optional<std::string>(kRandomWeights)) {
+      warn("pretrained_model_name_or_path", kRandomWeights,
+           "[train] pretrained_model_name_or_path is random: the " + config.model_flavour +
+               " transformer starts from random weights");
+    } else if (!config.pretrained_model_name_or_path && flavour != nullptr && flavour->hub_id.empty()) {
+      warn("pretrained_model_name_or_path", "",
+           "[train] pretrained_model_name_or_path is not set: the " + config.model_flavour +
+               " transformer (remat's small configuration) starts from random weights");
+    }
   }
   // The learning-rate schedule as SimpleTuner builds it (cli_utils.normalize_lr_scheduler_value
   // and custom_schedule.get_lr_scheduler).

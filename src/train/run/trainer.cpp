@@ -1,5 +1,6 @@
 // The training loop of `remat train`. See Note [Exact resume] for what makes 5 steps + resume +
 // 5 steps equal 10 steps bit for bit.
+#include "string_helpers.h"
 #include "remat/threads.h"
 #include "remat/train/run/trainer.h"
 
@@ -59,12 +60,7 @@ namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
 
-// A hyperparameter as a person writes it (0.9, 1e-06).
-std::string render_number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
+using remat::detail::render_number;
 
 std::vector<io::NamedTensor> generator_states(const at::Generator& noise, const at::Device& device) {
   std::vector<io::NamedTensor> states;

@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
+#include "string_helpers.h"
 #include "remat/autocast.h"
 #include "remat/util/generator_guard.h"
 #include "remat/memory.h"
@@ -23,6 +24,8 @@
 namespace remat::train {
 namespace fs = std::filesystem;
 namespace {
+
+using remat::detail::render_number;
 
 // Loading an encoder initialises its modules from the global CPU generator before the weights
 // replace them; the training run saves that generator in its checkpoints, so it must come out of
@@ -41,12 +44,6 @@ class EvalMode {
   torch::nn::Module& module_;
   bool was_training_;
 };
-
-std::string render_number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
 
 // The largest side decoded in one piece.
 constexpr int64_t kValidationTilingAbove = 1024;

@@ -53,6 +53,9 @@ struct FlavourSpec {
   /// Non-empty: what training it needs that remat lacks ("reference-image conditioning"): using
   /// it is an unsupported-computation error unless --ignore_unsupported_options is given.
   std::string unsupported;
+  /// The Hugging Face model id SimpleTuner loads for the flavour when no path is given (its
+  /// HUGGINGFACE_PATHS); empty for remat's small configurations, which start from random weights.
+  std::string hub_id;
 };
 
 /// The widths of a flavour's text conditioning: what a latent cache for it must hold.

@@ -110,6 +110,10 @@ class REMAT_API CheckpointInterval {
 /// The model_family of a config that names none: the first built-in family (remat/train/family/family.h).
 REMAT_API std::string default_model_family();
 
+/// The pretrained_model_name_or_path that asks for random weights whatever the flavour (a local
+/// path of that name wins).
+inline constexpr const char* kRandomWeights = "random";
+
 struct TrainConfig {
   // ---- model ----
   /// A registered model family (remat/train/family/family.h; model_family_names()).
@@ -121,8 +125,13 @@ struct TrainConfig {
   std::string model_flavour;
   /// The transformer weights: a .safetensors file, a diffusers Flux pipeline folder (its
   /// transformer/, config.json included) or a transformer folder (config.json + weights, possibly
-  /// sharded). Unset: random initialisation (a warning).
+  /// sharded), or a Hugging Face model id ("org/name") found in the local hub cache
+  /// (resolve_hub_models, remat/train/family/hub_models.h). Unset: the flavour's hub id for a
+  /// published flavour, random initialisation (a warning) for remat's small ones; "random":
+  /// random initialisation whatever the flavour.
   std::optional<std::string> pretrained_model_name_or_path;
+  /// The revision of every hub id above: a branch, a tag or a commit hash. Unset: main.
+  std::optional<std::string> revision;
   /// SimpleTuner's per-component sources: the transformer from another pipeline or transformer
   /// folder (in `pretrained_transformer_subfolder`, "none" for the path itself; unset: the path
   /// itself when it holds config.json, else its transformer/), and the VAE folder (checked only:
