@@ -117,7 +117,13 @@ HubSnapshot find_hub_snapshot(const std::string& repo_id, const std::string& rev
   if (!is_hub_model_id(repo_id)) {
     throw_value_error(tag + "'" + repo_id + "' is not a Hugging Face model id (org/name: letters, digits, '_', '-', '.')");
   }
-  if (revision.empty()) throw_value_error(tag + "the revision of " + repo_id + " is empty (main, a tag or a commit hash)");
+  // A branch or tag is a path under refs/: nothing may lead out of it.
+  const fs::path revision_path(revision);
+  if (revision.empty() || revision_path.is_absolute() ||
+      std::any_of(revision_path.begin(), revision_path.end(), [](const fs::path& part) { return part == ".." || part == "."; })) {
+    throw_value_error(tag + "revision '" + revision + "' of " + repo_id +
+                      " must be a branch, a tag or a commit hash (a name under refs/, without '.' or '..' parts)");
+  }
   const HubCacheLocation cache = hub_cache_location();
   const std::string where = " in the Hugging Face cache " + cache.directory + " (chosen by " + cache.chosen_by +
                             "; HF_HUB_CACHE or HF_HOME select another)";

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "remat/train/family/family.h"
+#include "remat/train/family/hub_models.h"
 #include "remat/train/family/model_source.h"
 
 namespace remat::ui::detail {
@@ -33,8 +34,16 @@ PlanShape plan_shape_of(const train::TrainConfig& config) {
   PlanShape shape;
   shape.spec.family = config.model_family;
   shape.spec.flavour = config.model_flavour;
+  // Hub ids (and a published flavour's own) from the local Hugging Face cache, as training reads
+  // them; when that fails, the config as written.
+  train::TrainConfig resolved = config;
   try {
-    shape.spec.config_json = train::resolve_model_source(config).config_json;
+    train::resolve_hub_models(resolved);
+  } catch (const std::exception&) {
+    resolved = config;
+  }
+  try {
+    shape.spec.config_json = train::resolve_model_source(resolved).config_json;
   } catch (const std::exception&) {
     // A model path not on this machine (yet): the flavour's shapes stand in for it.
     shape.source_note =

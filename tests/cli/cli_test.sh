@@ -120,8 +120,8 @@ if ((available_kib > 44 * 1024 * 1024)); then
   echo "skip: memory admission of flux-dev (this machine has more than the 44 GiB it needs)"
 else
 start=$SECONDS
-expect_quick 2 "[memory] krea (11,901,408,320 parameters, 11,901,408,320 trainable) full training needs" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
-expect_quick 2 "--model_flavour=flux-tiny (7.46 MiB)" -- "$remat" train --model_family flux --instance_data_dir "$work/data" --output_dir "$work/dev"
+expect_quick 2 "[memory] krea (11,901,408,320 parameters, 11,901,408,320 trainable) full training needs" -- "$remat" train --model_family flux --pretrained_model_name_or_path=random --instance_data_dir "$work/data" --output_dir "$work/dev"
+expect_quick 2 "--model_flavour=flux-tiny (7.46 MiB)" -- "$remat" train --model_family flux --pretrained_model_name_or_path=random --instance_data_dir "$work/data" --output_dir "$work/dev"
 ((SECONDS - start < 60)) || { echo "FAIL: admission took $((SECONDS - start)) s"; failures=$((failures + 1)); }
 [[ ! -e "$work/dev/metrics.jsonl" ]] || { echo "FAIL: metrics.jsonl written before admission"; failures=$((failures + 1)); }
 expect_quick 2 "[memory] flux-dev" -- "$remat" init --model_family flux --model_flavour flux-dev --output "$work/x.safetensors"
@@ -234,7 +234,7 @@ printf '{"pretrained_model_name_or_path": "%s", "instance_data_dir": "%s", "cach
   "$work/pipe" "$work/pics" "$work/pics-cache" > "$work/cache-config.json"
 expect_quick 0 "text embeddings: 0 encoded" -- "$remat" cache --config "$work/cache-config.json"
 expect_quick 0 "summary: 2 steps" -- "$remat" train "${images[@]}" --output_dir="$work/pics-out" --max_train_steps=2 --train_batch_size=2 --model_type=lora --lora_rank=2
-expect_quick 2 "nothing to cache" -- "$remat" cache --instance_data_dir="$work/data"
+expect_quick 2 "nothing to cache" -- "$remat" cache --pretrained_model_name_or_path=random --instance_data_dir="$work/data"
 printf '[{"id": "in-the-cloud", "type": "aws", "aws_bucket_name": "b"}]\n' > "$work/aws.json"
 expect_quick 2 "in-the-cloud" -- "$remat" train --pretrained_model_name_or_path="$work/pipe" --data_backend_config="$work/aws.json" --output_dir="$work/aws-out"
 [[ ! -e "$work/aws-out/metrics.jsonl" ]] && echo "ok: a bad backend writes nothing" \

@@ -100,6 +100,16 @@ TEST_F(HubCacheTest, MissingPiecesNameWhatWasLookedAtAndTheFetchCommand) {
   EXPECT_NE(revision.find((repo_ / "refs" / "v3").string()), std::string::npos) << revision;
   EXPECT_NE(revision.find("`hf download Org/Model.One --revision v3`"), std::string::npos) << revision;
 
+  for (const std::string bad : {"", "../../etc", "/abs", "refs/../main"}) {
+    const std::string message = error_of([&] { find_hub_snapshot("Org/Model.One", bad); });
+    EXPECT_EQ(message.rfind("[hub] revision '" + bad +
+                                "' of Org/Model.One must be a branch, a tag or a commit hash (a name under refs/, "
+                                "without '.' or '..' parts)",
+                            0),
+              0u)
+        << message;
+  }
+
   const std::string commit = error_of([] { find_hub_snapshot("Org/Model.One", std::string(40, 'c')); });
   EXPECT_NE(commit.find((repo_ / "snapshots" / std::string(40, 'c')).string()), std::string::npos) << commit;
 

@@ -93,7 +93,8 @@ TEST(CommandLine, DefaultsWhenNothingIsGiven) {
   EXPECT_DOUBLE_EQ(*c.lora_alpha, 16.0);  // = rank when unset
   EXPECT_EQ(c.device, "cpu");             // auto without CUDA
   EXPECT_EQ(load({}, nullptr, kCuda).device, "cuda");
-  EXPECT_TRUE(contains(warnings, "pretrained_model_name_or_path is not set"));
+  // krea without a path means its hub id (resolve_hub_models), never random weights in silence.
+  EXPECT_FALSE(contains(warnings, "random weights"));
   EXPECT_EQ(c.resume_from_checkpoint, "latest");
 }
 
