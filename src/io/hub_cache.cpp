@@ -53,9 +53,15 @@ bool is_folder(const fs::path& p) {
   return fs::is_directory(p, ec);
 }
 
+// huggingface_hub's repo_folder_name for a model: models--<org>--<name>.
+std::string repository_folder_name(const std::string& repo_id) {
+  const auto slash = repo_id.find('/');
+  return "models--" + repo_id.substr(0, slash) + "--" + repo_id.substr(slash + 1);
+}
+
 // The repository folders for `repo_id`: the exact name first, then those equal to it ignoring case.
 std::vector<fs::path> repository_folders(const fs::path& cache, const std::string& repo_id) {
-  const std::string name = "models--" + repo_id.substr(0, repo_id.find('/')) + "--" + repo_id.substr(repo_id.find('/') + 1);
+  const std::string name = repository_folder_name(repo_id);
   std::vector<fs::path> found;
   if (is_folder(cache / name)) found.push_back(cache / name);
   std::error_code ec;
@@ -130,9 +136,8 @@ HubSnapshot find_hub_snapshot(const std::string& repo_id, const std::string& rev
   const std::string fetch = "; remat does not download: fetch it with `" + hub_download_command(repo_id, revision) + "`";
   const std::vector<fs::path> folders = repository_folders(cache.directory, repo_id);
   if (folders.empty()) {
-    const std::string name = "models--" + repo_id.substr(0, repo_id.find('/')) + "--" + repo_id.substr(repo_id.find('/') + 1);
     throw_value_error(tag + repo_id + " (revision " + revision + ") is not" + where + ": looked for " +
-                      (fs::path(cache.directory) / name).string() + " (any case)" + fetch);
+                      (fs::path(cache.directory) / repository_folder_name(repo_id)).string() + " (any case)" + fetch);
   }
   // The revision in each matching folder, the first that has it.
   std::vector<std::string> looked;
@@ -143,6 +148,10 @@ HubSnapshot find_hub_snapshot(const std::string& repo_id, const std::string& rev
       const auto read = read_ref(ref);
       looked.push_back(ref.string());
       if (!read) continue;
+      if (!is_commit_hash(*read)) {
+        throw_value_error(tag + ref.string() + " holds '" + *read + "', not a commit hash: the cache entry is damaged; " +
+                          "fetch it again with `" + hub_download_command(repo_id, revision) + "`");
+      }
       commit = *read;
     }
     const fs::path snapshot = folder / "snapshots" / commit;

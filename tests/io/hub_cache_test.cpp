@@ -110,6 +110,15 @@ TEST_F(HubCacheTest, MissingPiecesNameWhatWasLookedAtAndTheFetchCommand) {
         << message;
   }
 
+  // A ref that does not hold a commit hash (a damaged entry) is named, never followed.
+  add_ref(repo_, "damaged", "../../../elsewhere");
+  const std::string damaged = error_of([] { find_hub_snapshot("Org/Model.One", "damaged"); });
+  EXPECT_EQ(damaged.rfind("[hub] " + (repo_ / "refs" / "damaged").string() +
+                              " holds '../../../elsewhere', not a commit hash: the cache entry is damaged",
+                          0),
+            0u)
+      << damaged;
+
   const std::string commit = error_of([] { find_hub_snapshot("Org/Model.One", std::string(40, 'c')); });
   EXPECT_NE(commit.find((repo_ / "snapshots" / std::string(40, 'c')).string()), std::string::npos) << commit;
 
