@@ -173,4 +173,12 @@ HubSnapshot find_hub_snapshot(const std::string& repo_id, const std::string& rev
   throw_value_error(tag + repo_id + " has no revision " + revision + where + ": looked at " + list(looked) + fetch);
 }
 
+std::optional<HubSnapshot> hub_snapshot_unless_local(const std::string& path_or_id, const std::string& revision,
+                                                     const std::vector<std::string>& required_files,
+                                                     const std::string& component) {
+  std::error_code ec;
+  if (fs::exists(path_or_id, ec) || !is_hub_model_id(path_or_id)) return std::nullopt;
+  return find_hub_snapshot(path_or_id, revision, required_files, component);
+}
+
 }  // namespace remat::io

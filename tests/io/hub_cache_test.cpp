@@ -75,6 +75,21 @@ TEST_F(HubCacheTest, RevisionsResolveThroughRefsOrAsCommits) {
   EXPECT_EQ(text, "{\"a\": 1}");
 }
 
+TEST_F(HubCacheTest, LocalPathsWinOverIds) {
+  using remat::io::hub_snapshot_unless_local;
+  EXPECT_EQ(hub_snapshot_unless_local("Org/Model.One", "main")->commit, kCommitA);
+  EXPECT_FALSE(hub_snapshot_unless_local(cache_.str(), "main").has_value());  // exists
+  EXPECT_FALSE(hub_snapshot_unless_local("a/b/c", "main").has_value());       // not an id
+  // An id-shaped relative path that exists is a local path.
+  const fs::path before = fs::current_path();
+  fs::current_path(cache_.str());
+  fs::create_directories("Org/Model.One");
+  EXPECT_FALSE(hub_snapshot_unless_local("Org/Model.One", "main").has_value());
+  fs::current_path(before);
+  EXPECT_NE(error_of([] { hub_snapshot_unless_local("org/absent", "main"); }).find("is not in the Hugging Face cache"),
+            std::string::npos);
+}
+
 TEST_F(HubCacheTest, IdsMatchIgnoringCaseExactFirst) {
   EXPECT_EQ(find_hub_snapshot("org/model.one", "main").commit, kCommitA);
   EXPECT_EQ(find_hub_snapshot("ORG/MODEL.ONE", "v2").commit, kCommitB);

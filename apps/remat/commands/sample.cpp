@@ -167,11 +167,10 @@ int run_sample(const std::vector<std::string>& args) {
   train::check_output_file(output, "--output");
   settings.seed = static_cast<uint64_t>(seed);
 
-  if (!std::filesystem::exists(folder) && io::is_hub_model_id(folder)) {
-    const io::HubSnapshot snapshot = io::find_hub_snapshot(folder, revision, {"model_index.json"}, "sample");
-    std::cout << "pipeline: " << folder << " at revision " << revision << " (commit " << snapshot.commit
-              << ") from the Hugging Face cache: " << snapshot.directory << "\n";
-    folder = snapshot.directory;
+  if (const auto snapshot = io::hub_snapshot_unless_local(folder, revision, {"model_index.json"}, "sample")) {
+    std::cout << "pipeline: " << folder << " at revision " << revision << " (commit " << snapshot->commit
+              << ") from the Hugging Face cache: " << snapshot->directory << "\n";
+    folder = snapshot->directory;
   }
 
   sample::PipelineOptions options;

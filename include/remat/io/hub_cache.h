@@ -11,6 +11,7 @@
 ///   <cache>/models--<org>--<name>/snapshots/<commit>/...   the repository's files, each a symlink
 ///                                                          into ../../blobs/<hash>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,13 @@ REMAT_API std::string hub_download_command(const std::string& repo_id, const std
 REMAT_API HubSnapshot find_hub_snapshot(const std::string& repo_id, const std::string& revision,
                                         const std::vector<std::string>& required_files = {},
                                         const std::string& component = "hub");
+
+/// The one rule of every option that takes a model path: a value that exists on disk, or is not
+/// a model id, is a local path (nullopt: use it as given); otherwise it is looked up with
+/// find_hub_snapshot (which throws when the cache lacks it).
+REMAT_API std::optional<HubSnapshot> hub_snapshot_unless_local(const std::string& path_or_id,
+                                                              const std::string& revision,
+                                                              const std::vector<std::string>& required_files = {},
+                                                              const std::string& component = "hub");
 
 }  // namespace remat::io

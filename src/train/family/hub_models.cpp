@@ -15,16 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool exists_locally(const std::string& path) {
-  std::error_code ec;
-  return fs::exists(path, ec);
-}
-
-// Whether `value` is to be looked up in the hub cache: an id that names nothing on disk.
-bool is_hub_reference(const std::optional<std::string>& value) {
-  return value && !exists_locally(*value) && io::is_hub_model_id(*value);
-}
-
 std::string resolved_line(const std::string& option, const io::HubSnapshot& s) {
   return "[train] " + option + ": " + s.repo_id + " at revision " + s.revision + " (commit " + s.commit +
          ") from the Hugging Face cache: " + s.directory;
@@ -63,7 +53,8 @@ std::vector<std::string> resolve_hub_models(TrainConfig& config) {
 
   // The model itself: "random", the flavour's id, or an id the user gave.
   std::string flavour_note;
-  if (model == std::optional<std::string>(kRandomWeights) && !exists_locally(kRandomWeights)) {
+  std::error_code ec;
+  if (model == std::optional<std::string>(kRandomWeights) && !fs::exists(kRandomWeights, ec)) {
     model.reset();  // validation already warned that the transformer starts from random weights
   } else if (!model && !config.pretrained_transformer_model_name_or_path) {
     const FlavourSpec* flavour = family.flavour(config.model_flavour);
@@ -74,31 +65,34 @@ std::vector<std::string> resolve_hub_models(TrainConfig& config) {
                      "pretrained_model_name_or_path=" + kRandomWeights + " to start from random weights)";
     }
   }
-  if (is_hub_reference(model)) {
+  if (model) {
     try {
-      const io::HubSnapshot s = io::find_hub_snapshot(*model, revision, {}, "train");
-      check_model_snapshot(s, family.encoders.layout, !config.pretrained_transformer_model_name_or_path);
-      log.push_back(resolved_line("pretrained_model_name_or_path", s));
-      model = s.directory;
+      if (const auto s = io::hub_snapshot_unless_local(*model, revision, {}, "train")) {
+        check_model_snapshot(*s, family.encoders.layout, !config.pretrained_transformer_model_name_or_path);
+        log.push_back(resolved_line("pretrained_model_name_or_path", *s));
+        model = s->directory;
+      }
     } catch (const c10::ValueError& e) {
       throw_value_error(std::string(e.what_without_backtrace()) + flavour_note);
     }
   }
 
   auto& transformer = config.pretrained_transformer_model_name_or_path;
-  if (is_hub_reference(transformer)) {
+  if (transformer) {
     // Its subfolder and contents are checked with the other sources (resolve_model_source).
-    const io::HubSnapshot s = io::find_hub_snapshot(*transformer, revision, {}, "train");
-    log.push_back(resolved_line("pretrained_transformer_model_name_or_path", s));
-    transformer = s.directory;
+    if (const auto s = io::hub_snapshot_unless_local(*transformer, revision, {}, "train")) {
+      log.push_back(resolved_line("pretrained_transformer_model_name_or_path", *s));
+      transformer = s->directory;
+    }
   }
 
   auto& vae = config.pretrained_vae_model_name_or_path;
-  if (is_hub_reference(vae)) {
+  if (vae) {
     try {
-      const io::HubSnapshot s = io::find_hub_snapshot(*vae, revision, {}, "train");
-      log.push_back(resolved_line("pretrained_vae_model_name_or_path", s));
-      vae = s.directory;
+      if (const auto s = io::hub_snapshot_unless_local(*vae, revision, {}, "train")) {
+        log.push_back(resolved_line("pretrained_vae_model_name_or_path", *s));
+        vae = s->directory;
+      }
     } catch (const c10::ValueError& e) {
       // Training reads latents from the cache: the VAE is checked when present, never required.
       log.push_back("[train] pretrained_vae_model_name_or_path not resolved, not needed for training: " +
