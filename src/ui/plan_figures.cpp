@@ -188,7 +188,8 @@ nlohmann::json PlanCache::figures(const nlohmann::json& config_json, const train
   if (demand) {
     out["model_bytes"] = {{"weights", demand->weight_bytes},
                           {"gradients", demand->gradient_bytes},
-                          {"optimizer", demand->optimizer_bytes}};
+                          {"optimizer", demand->optimizer_bytes},
+                          {"ema", demand->ema_bytes}};
   }
   if (!demand || demand->total() > kMaxProfiledModelBytes) {
     out["basis"] = "memory model only: no step profile for " + config.model_flavour +
@@ -202,7 +203,13 @@ nlohmann::json PlanCache::figures(const nlohmann::json& config_json, const train
     out["auto"] = nullptr;
     return out;
   }
-  const std::shared_ptr<const train::StepModel> model = step_model(shape, config, config_json);
+  // The profile is of the model without EMA (and shared by configs that differ only there): the
+  // average, where it lives on the device, is one more tensor alive through the whole step.
+  auto model = std::make_shared<train::StepModel>(*step_model(shape, config, config_json));
+  if (demand && demand->ema_bytes > 0) {
+    model->chain.fixed_bytes += demand->ema_bytes;
+    model->chain.fixed_peak_bytes += demand->ema_bytes;
+  }
 
   // The config's own layout, over every block of the stacks.
   const CheckpointPlan plan = config.gradient_checkpointing ? config.checkpoint_plan() : CheckpointPlan::off();

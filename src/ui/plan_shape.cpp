@@ -55,6 +55,8 @@ PlanShape plan_shape_of(const train::TrainConfig& config) {
     shape.use.lora_rank = config.lora_rank;
     shape.use.lora_target = family.lora_target(config);
   }
+  // The run's device as the config names it ("auto": an accelerator, where the plan matters).
+  shape.use.ema = train::ema_lives_on(config, config.device == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA));
   shape.batch = config.train_batch_size;
   shape.image_tokens = image_tokens_of(config);
   shape.text_tokens = config.tokenizer_max_length;

@@ -43,7 +43,7 @@ fi
 # SimpleTuner's keys: the ones that change what training computes stop the run (exit 2) naming
 # the key and the way out; unknown keys are one error; a config file's format follows its name.
 expect 2 "base_model_precision=int4-quanto is not supported by remat yet" -- "$remat" train --base_model_precision=int4-quanto
-expect 2 "pass --ignore_unsupported_options to train without it" -- "$remat" train --use_ema=true
+expect 2 "pass --ignore_unsupported_options to train without it" -- "$remat" train --crepa_enabled=true
 expect 2 "unknown options 'frobnicate', 'lora_rnk' (did you mean 'lora_rank'?)" -- "$remat" train --frobnicate=1 --lora_rnk=2
 printf 'lora_rank = = 2\n' > "$work/bad.toml"
 expect 2 "config must be valid TOML" -- "$remat" train --config "$work/bad.toml"

@@ -111,7 +111,7 @@ def main(argv):
         "integral float": [{"lora_rank": 16.0, "seed": 42.0}],
         "aliases and dashes": [{"checkpointing_steps": 100, "--num_threads": 2, "--checkpoint_step_interval": 10}],
         "value aliases": [{"lr_scheduler": "cosine_with_warmup", "optimizer": "lion", "model_flavour": "flux-dev"}],
-        "SimpleTuner options remat ignores": [{"report_to": "none", "--use_ema": False, "tread_config": {"routes": []}}],
+        "SimpleTuner options remat ignores": [{"report_to": "none", "--crepa_enabled": False, "tread_config": {"routes": []}}],
     }
     for label, configs in accepted.items():
         for config in configs:

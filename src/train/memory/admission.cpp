@@ -37,6 +37,7 @@ std::string describe(const MemoryDemand& d) {
              memory::format_bytes(d.broadcast_bytes);
     }
   }
+  if (d.ema_bytes > 0) out += ", EMA weights " + memory::format_bytes(d.ema_bytes);
   return out + ")";
 }
 
@@ -46,6 +47,10 @@ int64_t dequantized_bytes(int64_t elements, int64_t element_bytes) {
   // models::dequantize_weight computes in float32: the expanded codes and the scaled weight are
   // both alive until the cast to the layer's dtype (none for float32) is made.
   return elements * (2 * 4 + (element_bytes == 4 ? 0 : element_bytes));
+}
+
+bool ema_lives_on(const TrainConfig& config, const c10::Device& device) {
+  return config.use_ema && (device.is_cpu() || (config.ema_device == "accelerator" && !config.ema_cpu_only));
 }
 
 std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use) {
@@ -80,6 +85,7 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
   }
   d.gradient_bytes = d.trainable * 4;
   d.optimizer_bytes = d.trainable * 8;
+  d.ema_bytes = use.ema ? d.trainable * 4 : 0;
   if (use.zero_stage == 1 && use.world_size > 1 && use.training && use.lora_rank == 0) {
     // The assignment ZeroRedundancyOptimizer makes, over the tensors the config names: the Linear
     // weights in registration order, then everything else (biases, norms) as one tensor.

@@ -56,6 +56,7 @@ const char* const kLora = "LoRA";
 const char* const kOptim = "Optimizer and learning rate";
 const char* const kTraining = "Training";
 const char* const kFlow = "Flow matching";
+const char* const kEma = "EMA weights";
 const char* const kCkpt = "Gradient checkpointing";
 const char* const kData = "Data and output";
 const char* const kValidation = "Validation images";
@@ -272,6 +273,47 @@ std::vector<OptionSpec> build_registry() {
       .labels({{"no", "fp32"}, {"bf16", "bfloat16 autocast"}})
       .tooltip("bf16 runs the transformer under bfloat16 autocast with fp32 master weights; no "
                "trains in fp32."));
+  // ---- EMA weights ----
+  // SimpleTuner's ema_config section (sections/training.py) and ema_validation
+  // (sections/logging_fields.py); remat/train/run/ema.h says how remat computes the average.
+  add(Opt(kEma, "use_ema", T::Bool, bind_field(&C::use_ema),
+          "Maintain an exponential moving average copy of the model during training")
+      .tooltip("Improves convergence stability at the cost of extra memory and compute: a float32 "
+               "copy of the trainable weights (4 bytes per trainable parameter), counted by the "
+               "memory check and the checkpoint planner where it lives. Saved in every checkpoint "
+               "(transformer_ema/) and at the end beside the trained weights: ema/" +
+               std::string("pytorch_lora_weights.safetensors") + " for LoRA, transformer_ema/ for a full fine-tune."));
+  add(Opt(kEma, "ema_decay", T::Float, bind_field(&C::ema_decay),
+          "Smoothing factor for EMA updates (closer to 0.9999 = slower drift)")
+      .min(0).max(0.9999).depends("use_ema", "true")
+      .tooltip("The largest decay used: after step t the decay is min(ema_decay, (1 + n) / (10 + n)) "
+               "with n = t - 1 (0 at the first step, which copies the weights), as SimpleTuner's "
+               "EMAModel.get_decay. Try 0.999 for a responsive average, 0.9999 for extra smoothness."));
+  add(Opt(kEma, "ema_update_interval", T::Int, bind_field(&C::ema_update_interval),
+          "Update EMA weights every N optimizer steps")
+      .min(1).max(kMaxTrainSteps).depends("use_ema", "true")
+      .tooltip("Higher values make training faster but the average less smooth; the decay is that "
+               "of the step the update follows."));
+  add(Opt(kEma, "ema_device", T::Choice, bind_field(&C::ema_device), "Where to keep the EMA weights in-between updates")
+      .choices({"accelerator", "cpu"})
+      .labels({{"accelerator", "Training Accelerator"}, {"cpu", "CPU"}})
+      .depends("use_ema", "true")
+      .tooltip("accelerator keeps the average on the training device (its memory counts there); cpu "
+               "keeps it in host memory and updates it on the device one tensor at a time."));
+  add(Opt(kEma, "ema_cpu_only", T::Bool, bind_field(&C::ema_cpu_only),
+          "Keep EMA weights exclusively on CPU even when ema_device would normally move them")
+      .depends("use_ema", "true")
+      .tooltip("Implies ema_device cpu and updates the average on the host: no device memory, slower "
+               "updates."));
+  add(Opt(kEma, "ema_foreach_disable", T::Bool, bind_field(&C::ema_foreach_disable),
+          "Fallback to standard tensor ops instead of torch.foreach updates")
+      .depends("use_ema", "true")
+      .tooltip("The fused update and the per-tensor one compute the same values; disable the fused one "
+               "if a backend has trouble with foreach kernels."));
+  add(Opt(kEma, "ema_warmup_steps", T::Int, bind_field(&C::ema_warmup_steps),
+          "Copy current weights into EMA before this optimizer step, then use the configured decay")
+      .min(0).max(kMaxTrainSteps).depends("use_ema", "true")
+      .tooltip("0 keeps the warm-up schedule of ema_decay."));
   // ---- Flow matching ----
   add(Opt(kFlow, "flow_schedule_shift", T::Float, bind_field(&C::flow_schedule_shift),
           "Shift the noise schedule for flow-matching models")
@@ -547,6 +589,13 @@ std::vector<OptionSpec> build_registry() {
       .nullable()
       .tooltip("SimpleTuner's format: an object of shortname -> prompt text, or -> an object with "
                "prompt (or caption, or tags). Each is rendered under its shortname."));
+  add(Opt(kValidation, "ema_validation", T::Choice, bind_field(&C::ema_validation),
+          "Control how EMA weights are used during validation runs")
+      .choices({"none", "ema_only", "comparison"})
+      .labels({{"none", "Disable EMA Validation"}, {"ema_only", "EMA Only"}, {"comparison", "Compare EMA & Base"}})
+      .tooltip("With use_ema: comparison renders every picture with the trained weights and again with "
+               "the average (files ending _ema.png, a column beside each in the gallery); ema_only "
+               "renders only the average; none only the trained weights."));
   add(Opt(kValidation, "validation_disable", T::Bool, bind_field(&C::validation_disable),
           "Completely disable validation image generation"));
   // ---- Runtime ----
@@ -591,7 +640,7 @@ std::vector<OptionSpec> build_registry() {
     if (!f->options) continue;
     for (auto& spec : f->options()) r.push_back(std::move(spec));
   }
-  const std::vector<std::string> order = {kModel, kLora, kOptim, kTraining, kFlow, kCkpt, kData, kValidation, kRuntime};
+  const std::vector<std::string> order = {kModel, kLora, kOptim, kTraining, kEma, kFlow, kCkpt, kData, kValidation, kRuntime};
   const auto rank = [&](const OptionSpec& spec) {
     return std::find(order.begin(), order.end(), spec.section) - order.begin();
   };

@@ -76,7 +76,6 @@ const std::vector<std::pair<std::string, std::string>>& simpletuner_groups() {
   // The order people scan a warning in: what they most likely set on purpose first.
   static const std::vector<std::pair<std::string, std::string>> groups = {
       {"quantisation", "quantisation"},
-      {"ema", "EMA weights"},
       {"lora", "LoRA variants and adapters"},
       {"loss", "extra losses and noise"},
       {"timesteps", "timestep sampling"},

@@ -277,6 +277,9 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
     }
   }
 
+  // SimpleTuner's cmd_args.py: ema_cpu_only keeps the EMA weights on the host.
+  if (config.use_ema && config.ema_cpu_only) config.ema_device = "cpu";
+
   // 3. Dependencies and relations of the options outside the checkpointing group (the safety
   //    check, below, covers that group with SimpleTuner's rules).
   for (auto& d : dependency_diagnostics(config, /*checkpointing=*/false)) out.push_back(std::move(d));

@@ -3,6 +3,7 @@
 // A checkpoint is a directory anyone can edit; before these checks a negative batch_in_epoch
 // indexed a vector out of bounds, and an epoch of 1.5, an empty optimizer file or a renamed RNG
 // entry resumed silently and inexactly.
+#include <charconv>
 #include <limits>
 #include <set>
 
@@ -13,6 +14,7 @@
 #include "remat/util/bounded_json.h"
 #include "remat/util/files.h"
 #include "remat/train/options/config.h"
+#include "remat/train/run/ema.h"
 #include "remat/train/run/training_state.h"
 
 namespace remat::train {
@@ -142,6 +144,30 @@ void validate_training_checkpoint(const TrainingCheckpoint& checkpoint, const st
     const int64_t count = step.item<int64_t>();
     TORCH_CHECK_VALUE(count >= 1 && count <= p.global_step, "[checkpoint] '", path, "/optimizer.safetensors': '",
                       name, ".step' must be in [1, ", p.global_step, "] (global_step), got ", count);
+  }
+
+  // transformer_ema/ema_model.safetensors, when present: exactly the trainable tensors, float32,
+  // of their shapes, and an optimization_step in [0, global_step].
+  if (!checkpoint.ema.empty()) {
+    const std::string file = std::string(kEmaCheckpointFolder) + "/" + kEmaCheckpointFile;
+    std::map<std::string, at::Tensor> ema(checkpoint.ema.begin(), checkpoint.ema.end());
+    check_names(checkpoint.ema, file, ema, names, names);
+    for (const auto& [name, shape] : expected.trainable) {
+      expect_shape(ema.at(name), shape, file, name);
+      TORCH_CHECK_VALUE(ema.at(name).scalar_type() == at::kFloat, "[checkpoint] '", path, "/", file, "': '", name,
+                        "' must be float32, got ", ema.at(name).scalar_type());
+    }
+    const auto step = checkpoint.ema_metadata.find("optimization_step");
+    int64_t value = -1;
+    if (step != checkpoint.ema_metadata.end()) {
+      const std::string& text = step->second;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (error != std::errc() || end != text.data() + text.size()) value = -1;
+    }
+    TORCH_CHECK_VALUE(value >= 0 && value <= p.global_step, "[checkpoint] '", path, "/", file,
+                      "': metadata optimization_step must be an integer in [0, ", p.global_step, "] (global_step), got ",
+                      step == checkpoint.ema_metadata.end() ? std::string("none")
+                                                            : "'" + util::text_excerpt(step->second) + "'");
   }
 
   // rng.safetensors: the generators by name, each a uint8 state of its generator's size.

@@ -35,6 +35,7 @@
 #include "remat/train/run/reducer_synchronizer.h"
 #include "remat/train/optimizers/lr_schedule.h"
 #include "remat/train/run/startup_checks.h"
+#include "remat/train/run/ema.h"
 #include "remat/train/run/step.h"
 #include "remat/train/run/training_state.h"
 #include "remat/train/family/transformer.h"
@@ -129,8 +130,9 @@ class Trainer {
   std::string save_checkpoint();
   void validate(int64_t step, TrainResult& result);
   void render_validation(int64_t step, TrainResult& result);
-  std::string save_weights();
-  std::string write_weights();
+  void save_weights(TrainResult& result);
+  std::string write_weights(const fs::path& lora_dir, const fs::path& full_file);
+  void start_ema();
   void resume(const std::string& path, int64_t batches_per_epoch);
   int64_t steps_for_epochs(int64_t batches_per_epoch) const;
   void join_other_ranks();
@@ -173,6 +175,7 @@ class Trainer {
   std::vector<std::vector<int64_t>> epoch_order_;
   int64_t total_steps_ = 0;
   std::unique_ptr<ValidationRenderer> validation_;  // when the run renders validation images
+  std::unique_ptr<ExponentialMovingAverage> ema_;   // use_ema
   // Several processes (Note [One run, any world size]): set up by join_other_ranks.
   distributed::LaunchEnvironment env_;
   std::unique_ptr<distributed::ProcessGroup> group_;
@@ -299,6 +302,7 @@ void Trainer::setup() {
     use.precision_flag = "--base_model_precision";
     use.world_size = env_.world_size;  // the prediction is per process
     use.zero_stage = config_.zero_stage;
+    use.ema = ema_lives_on(config_, device_);
     admit_model(spec, use, device_);
   }
   if (!image_run) data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);
@@ -365,6 +369,7 @@ void Trainer::setup() {
   step_settings_.measure_grad_norm = true;  // reported in metrics.jsonl
   step_ = std::make_unique<TrainingStep>(*model_, *optimizer_, params_, step_settings_);
   step_->add_observer(&peak_);
+  start_ema();  // before the planner's profile, which counts what lives on the device
   if (config_.checkpoint_layout_planned()) plan_checkpointing();
   start_gradient_sync();  // after the profile, whose backward must not reach the reducer
 
@@ -376,6 +381,17 @@ void Trainer::setup() {
 
   if (resume_path) resume(*resume_path, batches_per_epoch);
   plan_epoch(position_.epoch);
+}
+
+// The average starts at the weights the run starts from (a resume replaces it with the saved one).
+// Every rank keeps one; the weights, and so the averages, are equal on all of them.
+void Trainer::start_ema() {
+  if (!config_.use_ema) return;
+  ema_ = std::make_unique<ExponentialMovingAverage>(trainable_, ema_settings(config_), device_);
+  hooks_.log("[train] EMA weights: " + memory::format_bytes(ema_->bytes()) + " (float32) on " + ema_->device().str() +
+             ", ema_decay " + render_number(config_.ema_decay) + ", updated every " +
+             std::to_string(config_.ema_update_interval) + " step(s)" +
+             (config_.ema_cpu_only ? " on the host" : ema_->device() == device_ ? "" : " on " + device_.str()));
 }
 
 void Trainer::setup_image_data() {
@@ -496,6 +512,15 @@ void Trainer::resume(const std::string& path, int64_t batches_per_epoch) {
   restore_generators(checkpoint.rng, noise_generator_, device_);
   position_ = checkpoint.position;
   hooks_.log("[train] resumed from " + path + " at step " + std::to_string(position_.global_step));
+  if (ema_ && !checkpoint.ema.empty()) {
+    ema_->load_state(checkpoint.ema, checkpoint.ema_metadata);
+  } else if (ema_) {
+    ema_->restart();
+    hooks_.log("[train] " + path + " holds no EMA weights (written without use_ema): the average starts from the "
+               "resumed weights");
+  } else if (!checkpoint.ema.empty()) {
+    hooks_.log("[train] " + path + " holds EMA weights; this run has use_ema off and does not read them");
+  }
   const auto saved_world = checkpoint.facts.find("world_size");
   if (saved_world != checkpoint.facts.end() && saved_world->second != std::to_string(env_.world_size)) {
     hooks_.log("[train] the checkpoint was written by " + saved_world->second + " process(es); this run has " +
@@ -629,6 +654,7 @@ std::string Trainer::save_checkpoint() {
   for (const auto& [name, p] : trainable_) checkpoint.trainable.emplace_back(name, p.detach());
   checkpoint.optimizer = zero_ ? std::move(optimizer_state_now) : optimizer_state(*optimizer_, trainable_);
   checkpoint.rng = generator_states(noise_generator_, device_);
+  if (ema_) checkpoint.ema = ema_->state(&checkpoint.ema_metadata);
   checkpoint.facts = {{"model_family", config_.model_family},
                       {"model_flavour", config_.model_flavour},
                       {"model_type", config_.model_type},
@@ -643,18 +669,27 @@ std::string Trainer::save_checkpoint() {
   return path;
 }
 
-// Rank 0 writes the weights (every rank holds the same); the others wait for them.
-std::string Trainer::save_weights() {
-  const std::string path = write_weights();
+// Rank 0 writes the weights (every rank holds the same) and, with use_ema, the average beside
+// them (SimpleTuner's save_hooks.py: output_dir/ema/ for a LoRA; for a full fine-tune remat keeps
+// both, the average in transformer_ema/ as in SimpleTuner's checkpoints); the others wait.
+void Trainer::save_weights(TrainResult& result) {
+  const fs::path dir(config_.output_dir);
+  result.weights_path = write_weights(dir, dir / kFullWeightsFile);
+  if (ema_) {
+    // The average in the model's parameters while it is written (on the writing rank only).
+    std::unique_ptr<ExponentialMovingAverage::Swap> average;
+    if (main_rank()) average = std::make_unique<ExponentialMovingAverage::Swap>(*ema_);
+    result.ema_weights_path =
+        write_weights(dir / kEmaLoraFolder, dir / kEmaCheckpointFolder / fs::path(kFullWeightsFile).filename());
+  }
   barrier("final weights written by rank 0");
-  return path;
 }
 
-std::string Trainer::write_weights() {
-  const fs::path dir(config_.output_dir);
-  const fs::path final_path = dir / (config_.model_type == "lora" ? kLoraWeightsFile : kFullWeightsFile);
+std::string Trainer::write_weights(const fs::path& dir, const fs::path& full_file) {
+  const fs::path final_path = config_.model_type == "lora" ? dir / kLoraWeightsFile : full_file;
   if (!main_rank()) return final_path.string();
   if (config_.model_type == "lora") {
+    fs::create_directories(dir);
     std::vector<io::NamedTensor> entries;
     for (const auto& [key, tensor] : models::lora_state_dict(model_->module())) {
       entries.emplace_back(key, tensor.detach());
@@ -681,10 +716,9 @@ std::string Trainer::write_weights() {
     }
     return path.string();
   }
-  const fs::path path = dir / kFullWeightsFile;
-  fs::create_directories(path.parent_path());
-  io::save_module(path.string(), model_->module());
-  return path.string();
+  fs::create_directories(full_file.parent_path());
+  io::save_module(full_file.string(), model_->module());
+  return full_file.string();
 }
 
 // Validation between optimizer steps: the next step resets the peak it reports when it begins, so
@@ -702,7 +736,7 @@ void Trainer::render_validation(int64_t step, TrainResult& result) {
   // Pictures are for looking at; a failed one (a full disk, say) must not end hours of training.
   // The renderer leaves the model in training mode and the generators as they were either way.
   try {
-    result.validations.push_back(validation_->render(*model_, step, device_));
+    result.validations.push_back(validation_->render(*model_, step, device_, ema_.get()));
   } catch (const c10::Error& e) {
     hooks_.log("[validation] step " + std::to_string(step) + " failed, training continues: " + e.what_without_backtrace());
   } catch (const std::exception& e) {
@@ -733,6 +767,7 @@ TrainResult Trainer::run() {
       break;
     }
     train_step(step);
+    if (ema_) ema_->step(step);  // SimpleTuner's order: after the optimizer step, with its global step
     position_.global_step = step;
     const bool checkpoint_now = config_.checkpoint_step_interval > 0 && step % config_.checkpoint_step_interval == 0;
     if (hooks_.on_step || checkpoint_now || step % config_.report_every == 0 || step == total_steps_) {
@@ -752,8 +787,9 @@ TrainResult Trainer::run() {
         fs::path(result.last_checkpoint).filename() != "checkpoint-" + std::to_string(position_.global_step)) {
       result.last_checkpoint = save_checkpoint();
     }
-    result.weights_path = save_weights();
+    save_weights(result);
     hooks_.log("[train] wrote " + result.weights_path);
+    if (!result.ema_weights_path.empty()) hooks_.log("[train] wrote the EMA weights " + result.ema_weights_path);
   }
   result.final_step = position_.global_step;
   result.summary = summarize(result.records);

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "remat/compat.h"
+#include "remat/train/run/ema.h"
 #include "remat/util/bounded_json.h"
 #include "remat/util/files.h"
 
@@ -61,6 +62,11 @@ std::string save_training_checkpoint(const std::string& output_dir,
     io::save_safetensors((tmp_dir / "trainable.safetensors").string(), checkpoint.trainable);
     io::save_safetensors((tmp_dir / "optimizer.safetensors").string(), checkpoint.optimizer);
     io::save_safetensors((tmp_dir / "rng.safetensors").string(), checkpoint.rng);
+    if (!checkpoint.ema.empty()) {
+      fs::create_directory(tmp_dir / kEmaCheckpointFolder);
+      io::save_safetensors((tmp_dir / kEmaCheckpointFolder / kEmaCheckpointFile).string(), checkpoint.ema,
+                           checkpoint.ema_metadata);
+    }
     nlohmann::json state{{"global_step", checkpoint.position.global_step},
                          {"epoch", checkpoint.position.epoch},
                          {"batch_in_epoch", checkpoint.position.batch_in_epoch},
@@ -105,6 +111,11 @@ TrainingCheckpoint load_training_checkpoint(const std::string& path) {
   checkpoint.trainable = read_all("trainable.safetensors");
   checkpoint.optimizer = read_all("optimizer.safetensors");
   checkpoint.rng = read_all("rng.safetensors");
+  const fs::path ema = fs::path(kEmaCheckpointFolder) / kEmaCheckpointFile;
+  if (fs::exists(dir / ema, ec)) {
+    checkpoint.ema = read_all(ema.string().c_str());
+    checkpoint.ema_metadata = io::SafetensorsFile::open((dir / ema).string()).metadata();
+  }
   return checkpoint;
 }
 

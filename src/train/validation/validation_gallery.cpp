@@ -41,16 +41,18 @@ struct Column {
   std::string shortname;
   int64_t index;
   std::string resolution;
+  bool ema;  // rendered with the EMA weights: right after the same picture's trained-weights column
   bool operator<(const Column& o) const {
-    return std::tie(prompt_rank, shortname, index, resolution) < std::tie(o.prompt_rank, o.shortname, o.index, o.resolution);
+    return std::tie(prompt_rank, shortname, index, resolution, ema) <
+           std::tie(o.prompt_rank, o.shortname, o.index, o.resolution, o.ema);
   }
 };
 
 }  // namespace
 
 void write_validation_gallery(const std::string& dir, const std::vector<ValidationPrompt>& prompts) {
-  // step_{step}_{shortname}_{idx}_{W}x{H}.png; the shortname may itself contain '_'.
-  static const std::regex name_re(R"(step_([0-9]+)_(.+)_([0-9]+)_([0-9]+x[0-9]+)\.png)");
+  // step_{step}_{shortname}_{idx}_{W}x{H}[_ema].png; the shortname may itself contain '_'.
+  static const std::regex name_re(R"(step_([0-9]+)_(.+)_([0-9]+)_([0-9]+x[0-9]+)(_ema)?\.png)");
   std::map<std::string, int> rank;
   for (size_t i = 0; i < prompts.size(); ++i) rank.emplace(prompts[i].shortname, static_cast<int>(i));
   std::map<int64_t, std::map<Column, std::string>> rows;  // step -> column -> file
@@ -62,7 +64,7 @@ void write_validation_gallery(const std::string& dir, const std::vector<Validati
     if (!std::regex_match(name, m, name_re) || m[1].str().size() > 12 || m[3].str().size() > 9) continue;
     const auto found = rank.find(m[2].str());
     Column column{found == rank.end() ? static_cast<int>(prompts.size()) : found->second, m[2].str(),
-                  std::stoll(m[3].str()), m[4].str()};
+                  std::stoll(m[3].str()), m[4].str(), m[5].matched};
     columns.insert(column);
     rows[std::stoll(m[1].str())][column] = name;
   }
@@ -77,11 +79,13 @@ void write_validation_gallery(const std::string& dir, const std::vector<Validati
       "img { max-width: 256px; max-height: 256px; image-rendering: pixelated; }\n"
       ".prompt { font-weight: normal; font-size: 0.85em; max-width: 256px; }\n"
       "</style>\n</head>\n<body>\n<h1>Validation images</h1>\n"
-      "<p>One row per training step (step 0: before training), one column per prompt and resolution. "
+      "<p>One row per training step (step 0: before training), one column per prompt and resolution "
+      "(and one more for the EMA weights when the run keeps them). "
       "Click a picture for full size.</p>\n<table>\n<tr><th>step</th>";
   for (const auto& c : columns) {
     const std::string prompt = c.prompt_rank < static_cast<int>(prompts.size()) ? prompts[c.prompt_rank].prompt : "";
     html += "<th>" + html_escape(c.shortname) + " #" + std::to_string(c.index) + "<br>" + html_escape(c.resolution) +
+            (c.ema ? "<br>EMA weights" : "") +
             "<div class=\"prompt\">" + (prompt.empty() ? std::string("(empty prompt)") : html_escape(prompt)) +
             "</div></th>";
   }

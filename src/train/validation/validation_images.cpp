@@ -164,9 +164,9 @@ bool validation_due(const TrainConfig& config, int64_t step) {
 }
 
 std::string validation_image_file_name(int64_t step, const std::string& shortname, int64_t index,
-                                       const ValidationResolution& resolution) {
+                                       const ValidationResolution& resolution, bool ema) {
   return "step_" + std::to_string(step) + "_" + shortname + "_" + std::to_string(index) + "_" + resolution.label() +
-         ".png";
+         (ema ? "_ema" : "") + ".png";
 }
 
 std::string validation_pipeline_folder(const TrainConfig& config) {

@@ -19,6 +19,7 @@
 #include "remat/train/family/model_source.h"
 #include "remat/train/family/text_to_image.h"
 #include "remat/train/family/transformer.h"
+#include "remat/train/run/ema.h"
 #include "remat/train/validation/validation_images.h"
 
 namespace remat::train {
@@ -124,7 +125,8 @@ int64_t ValidationRenderer::held_bytes() const {
   return static_cast<int64_t>(bytes);
 }
 
-ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step, const at::Device& device) {
+ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step, const at::Device& device,
+                                         ExponentialMovingAverage* ema) {
   State& s = *state_;
   ValidationRun report;
   report.step = step;
@@ -143,8 +145,17 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
 
   // 1. Every picture's latents, with the transformer as the training step runs it (the same
   //    autocast), in eval mode and without gradients.
-  std::vector<std::vector<at::Tensor>> latents(s.prompts.size());
-  {
+  //    With EMA weights (SimpleTuner's ema_validation), each set of weights renders in turn.
+  std::vector<bool> weights_ema;  // per set of weights: the average (true) or the trained weights
+  const std::string& which = s.config.ema_validation;
+  if (!ema || which != "ema_only") weights_ema.push_back(false);
+  if (ema && (which == "ema_only" || which == "comparison")) weights_ema.push_back(true);
+  // latents[w][p]: the pictures of prompt p, one per resolution, with weights w.
+  std::vector<std::vector<std::vector<at::Tensor>>> latents(weights_ema.size(),
+                                                            std::vector<std::vector<at::Tensor>>(s.prompts.size()));
+  for (size_t w = 0; w < weights_ema.size(); ++w) {
+    std::unique_ptr<ExponentialMovingAverage::Swap> average;
+    if (weights_ema[w]) average = std::make_unique<ExponentialMovingAverage::Swap>(*ema);
     torch::NoGradGuard no_grad;
     EvalMode eval(transformer.module());
     const auto denoiser = s.pipeline->denoiser_for(transformer);
@@ -157,7 +168,7 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
         settings.height = r.height;
         // A fresh generator per picture (SimpleTuner's _get_generator): what changes between
         // steps is the model, not the noise.
-        latents[p].push_back(denoiser->denoise(s.embeddings[p], s.negative ? &*s.negative : nullptr, settings));
+        latents[w][p].push_back(denoiser->denoise(s.embeddings[p], s.negative ? &*s.negative : nullptr, settings));
       }
     }
   }
@@ -171,30 +182,34 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
     on_device.device = device;
     const auto vae = s.pipeline->load_autoencoder(on_device);
     report.vae_load_seconds = seconds_since(load_start);
-    for (size_t p = 0; p < s.prompts.size(); ++p) {
-      for (size_t r = 0; r < s.resolutions.size(); ++r) {
-        const auto& res = s.resolutions[r];
-        // Tiled above 1024 px a side, as `remat sample` decodes by default: an untiled 1024x1024
-        // decode alone holds several GiB of activations (docs/VAE.md).
-        vae->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
-        const at::Tensor pixels = sample::to_uint8_image(vae->decode_latents(latents[p][r]));
-        const std::string name = validation_image_file_name(step, s.prompts[p].shortname, static_cast<int64_t>(r), res);
-        image::PngText text = {{"prompt", s.prompts[p].prompt},
-                                {"seed", std::to_string(s.seed)},
-                                {"steps", std::to_string(settings.num_inference_steps)},
-                                {"guidance", render_number(settings.guidance_scale)},
-                                {"training_step", std::to_string(step)},
-                                {"width", std::to_string(res.width)},
-                                {"height", std::to_string(res.height)},
-                                {"model", s.config.pretrained_model_name_or_path.value_or("")},
-                                {"software", "remat"}};
-        if (s.negative) {
-          text.emplace_back("negative_prompt", s.config.validation_negative_prompt);
-          text.emplace_back("true_cfg_scale", render_number(settings.true_cfg_scale));
+    for (size_t w = 0; w < weights_ema.size(); ++w) {
+      for (size_t p = 0; p < s.prompts.size(); ++p) {
+        for (size_t r = 0; r < s.resolutions.size(); ++r) {
+          const auto& res = s.resolutions[r];
+          // Tiled above 1024 px a side, as `remat sample` decodes by default: an untiled 1024x1024
+          // decode alone holds several GiB of activations (docs/VAE.md).
+          vae->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
+          const at::Tensor pixels = sample::to_uint8_image(vae->decode_latents(latents[w][p][r]));
+          const std::string name =
+              validation_image_file_name(step, s.prompts[p].shortname, static_cast<int64_t>(r), res, weights_ema[w]);
+          image::PngText text = {{"prompt", s.prompts[p].prompt},
+                                  {"seed", std::to_string(s.seed)},
+                                  {"steps", std::to_string(settings.num_inference_steps)},
+                                  {"guidance", render_number(settings.guidance_scale)},
+                                  {"training_step", std::to_string(step)},
+                                  {"width", std::to_string(res.width)},
+                                  {"height", std::to_string(res.height)},
+                                  {"model", s.config.pretrained_model_name_or_path.value_or("")},
+                                  {"software", "remat"}};
+          if (weights_ema[w]) text.emplace_back("weights", "ema");
+          if (s.negative) {
+            text.emplace_back("negative_prompt", s.config.validation_negative_prompt);
+            text.emplace_back("true_cfg_scale", render_number(settings.true_cfg_scale));
+          }
+          const std::string path = (fs::path(s.output_dir) / name).string();
+          image::write_png(path, pixels, text);
+          report.files.push_back(path);
         }
-        const std::string path = (fs::path(s.output_dir) / name).string();
-        image::write_png(path, pixels, text);
-        report.files.push_back(path);
       }
     }
   }  // the VAE is freed here

@@ -313,7 +313,7 @@ TEST(JsonExport, IsADraft202012SchemaWithUiMetadata) {
   const std::string pattern = doc["patternProperties"].begin().key();
   EXPECT_NE(pattern.find("|report_to|"), std::string::npos);
   EXPECT_EQ(pattern.find("|lora_rank|"), std::string::npos);
-  EXPECT_EQ(doc["x-remat"]["simpletunerOptions"]["use_ema"]["changesTraining"], true);
+  EXPECT_EQ(doc["x-remat"]["simpletunerOptions"]["crepa_enabled"]["changesTraining"], true);
   EXPECT_EQ(doc["x-remat"]["simpletunerOptions"]["report_to"]["group"], "tracking");
 }
 

@@ -170,7 +170,7 @@ TEST(SimpleTunerKeys, OneGroupedWarning) {
   const auto r = validate_option_values({{"report_to", "none"},
                                          {"validation_guidance_rescale", "0.7"},
                                          {"push_to_hub", "false"},
-                                         {"--use_ema", "false"},
+                                         {"--crepa_enabled", "false"},
                                          {"aspect_bucket_rounding", "2"},
                                          {"text_encoder_1_precision", "int8-quanto"}},
                                         kCpu);
@@ -182,14 +182,14 @@ TEST(SimpleTunerKeys, OneGroupedWarning) {
   EXPECT_NE(w.find("\n    tracking and logging: report_to"), std::string::npos) << w;
   EXPECT_NE(w.find("\n    validation and evaluation: validation_guidance_rescale"), std::string::npos) << w;
   EXPECT_NE(w.find("\n    Hub publishing: push_to_hub"), std::string::npos) << w;
-  EXPECT_NE(w.find("\n    EMA weights: use_ema"), std::string::npos) << w;
+  EXPECT_NE(w.find("\n    extra losses and noise: crepa_enabled"), std::string::npos) << w;
   EXPECT_NE(w.find("quantisation: text_encoder_1_precision"), std::string::npos) << w;
   EXPECT_NE(w.find("datasets, buckets and captions: aspect_bucket_rounding"), std::string::npos) << w;
 }
 
 TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
   const OptionValues values{{"base_model_precision", "int4-quanto"},
-                            {"use_ema", "true"},
+                            {"crepa_enabled", "true"},
                             {"tread_config", R"({"routes":[{"selection_ratio":0.5}]})"},
                             {"controlnet", "true"},
                             {"input_perturbation", "0.1"},
@@ -204,13 +204,13 @@ TEST(SimpleTunerKeys, KeysThatChangeTrainingAreErrorsUnlessIgnored) {
                        "have, so remat would train something else than the config asks for. Remove it, or "
                        "pass --ignore_unsupported_options to train without it"))
       << joined(errors);
-  for (const char* key : {"use_ema=true", "tread_config=", "controlnet=true", "input_perturbation=0.1",
+  for (const char* key : {"crepa_enabled=true", "tread_config=", "controlnet=true", "input_perturbation=0.1",
                           "lora_type=lycoris"}) {
     EXPECT_TRUE(contains(errors, key)) << key;
   }
   // Their neutral values change nothing: no error.
   const auto neutral = validate_option_values({{"base_model_precision", "no_change"},
-                                               {"use_ema", "false"},
+                                               {"crepa_enabled", "false"},
                                                {"tread_config", std::nullopt},
                                                {"controlnet", "0"},
                                                {"input_perturbation", "0.0"},

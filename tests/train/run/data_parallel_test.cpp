@@ -21,6 +21,7 @@
 #include "remat/image/png_file.h"
 #include "remat/io/safetensors.h"
 #include "remat/train/options/config.h"
+#include "remat/train/run/ema.h"
 #include "remat/train/run/trainer.h"
 #include "temp_dir.h"
 #include "train/quiet_hooks.h"
@@ -147,15 +148,16 @@ class DataParallelTraining : public ::testing::Test {
 };
 
 // W = 2, a = 1 against one process with a = 2: powers-of-two scalings and a two-term sum, so the
-// weights are equal bit for bit. LoRA, segments of 2 blocks.
+// weights are equal bit for bit. LoRA, segments of 2 blocks, with EMA weights (equal too).
 TEST_F(DataParallelTraining, LoraSegmentedEqualsOneProcessBitForBit) {
   const std::vector<std::string> common{"--model_type=lora", "--gradient_checkpointing_interval=2",
-                                        "--max_train_steps=4"};
+                                        "--max_train_steps=4", "--use_ema=true", "--ema_decay=0.9"};
   expect_succeeded(two_processes("two", common));
   auto single = common;
   single.push_back("--gradient_accumulation_steps=2");
   const TrainResult one = one_process("one", single);
   expect_bitwise_equal(root_ / "two" / kLoraWeightsFile, root_ / "one" / kLoraWeightsFile);
+  expect_bitwise_equal(root_ / "two" / kEmaLoraFolder / kLoraWeightsFile, one.ema_weights_path);
   // The LoRA B matrices start at zero: trained weights have moved away from it.
   double largest = 0;
   for (const auto& [name, t] : weights(root_ / "two" / kLoraWeightsFile)) {
@@ -285,7 +287,8 @@ TEST_F(DataParallelTraining, CheckpointsResumeAcrossWorldSizes) {
 // process, trains; its checkpoint (the optimizer state gathered to rank 0) resumes in 1 process.
 TEST_F(DataParallelTraining, ZeroStageOneEqualsOneProcessAndResumesInOne) {
   const std::vector<std::string> common{"--model_type=full", "--optimizer=torch-adamw",
-                                        "--gradient_checkpointing_interval=2", "--learning_rate=1e-3"};
+                                        "--gradient_checkpointing_interval=2", "--learning_rate=1e-3",
+                                        "--use_ema=true", "--ema_decay=0.9"};
   const auto with = [&](std::vector<std::string> extra) {
     auto all = common;
     all.insert(all.end(), extra.begin(), extra.end());
@@ -298,6 +301,9 @@ TEST_F(DataParallelTraining, ZeroStageOneEqualsOneProcessAndResumesInOne) {
       << exits[1].log;
   one_process("zero", with({"--max_train_steps=4", "--gradient_accumulation_steps=2"}));
   expect_bitwise_equal(root_ / "zero" / kFullWeightsFile, root_ / "reference" / kFullWeightsFile);
+  // The EMA weights too, through ZeRO-1's checkpoint and the resume in one process.
+  const fs::path ema = fs::path(kEmaCheckpointFolder) / fs::path(kFullWeightsFile).filename();
+  expect_bitwise_equal(root_ / "zero" / ema, root_ / "reference" / ema);
 }
 
 // A rank killed mid-run ends the other with an error naming the failure, well within the timeout.

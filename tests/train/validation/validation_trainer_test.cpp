@@ -293,6 +293,56 @@ TEST_F(ValidationTrainer, LoraFormatKohyaWritesTheSameAdapterInKohyasLayout) {
   EXPECT_GT(modules, 0);
 }
 
+// use_ema with SimpleTuner's default ema_validation, comparison: every picture again with the
+// average, from the same noise, in the column beside it; at step 0 the average is the weights, so
+// the two pictures are equal, and by step 10 (ema_decay 0.9) they differ. ema_only renders the
+// average alone. Training is the same as without EMA.
+TEST_F(ValidationTrainer, EmaComparisonRendersBothWeightsSideBySide) {
+  const std::vector<std::string> flags{"--validation_prompt=a red square", "--validation_step_interval=5",
+                                       "--validation_resolution=32", "--validation_num_inference_steps=3",
+                                       "--validation_seed=11", "--validation_disable_unconditional=true"};
+  auto with_ema = flags;
+  with_ema.insert(with_ema.end(), {"--use_ema=true", "--ema_decay=0.9"});
+  const auto plain = run_training(config("no-ema", flags), quiet_hooks());
+  const auto both = run_training(config("comparison", with_ema), quiet_hooks());
+  const std::string dir = dir_ / "comparison/validation_images";
+  std::set<std::string> expected;
+  for (const char* step : {"0", "5", "10"}) {
+    expected.insert(std::string("step_") + step + "_validation_0_32x32.png");
+    expected.insert(std::string("step_") + step + "_validation_0_32x32_ema.png");
+  }
+  EXPECT_EQ(pngs_in(dir), expected);
+  // The trained-weights pictures are those of the run without EMA.
+  for (const char* step : {"0", "5", "10"}) {
+    const std::string name = std::string("step_") + step + "_validation_0_32x32.png";
+    EXPECT_EQ(bytes_of(dir + "/" + name), bytes_of(dir_ / "no-ema/validation_images/" + name)) << name;
+  }
+  EXPECT_TRUE(torch::equal(image::read_image(dir + "/step_0_validation_0_32x32.png"),
+                           image::read_image(dir + "/step_0_validation_0_32x32_ema.png")));
+  EXPECT_FALSE(torch::equal(image::read_image(dir + "/step_10_validation_0_32x32.png"),
+                            image::read_image(dir + "/step_10_validation_0_32x32_ema.png")));
+  std::map<std::string, std::string> text;
+  for (const auto& [k, v] : image::read_png_text(dir + "/step_10_validation_0_32x32_ema.png")) text[k] = v;
+  EXPECT_EQ(text["weights"], "ema");
+  // The gallery: the EMA column right after the trained-weights one, in every row.
+  const std::string html = bytes_of(dir + "/index.html");
+  EXPECT_NE(html.find("EMA weights"), std::string::npos);
+  const size_t base = html.find("step_10_validation_0_32x32.png"), ema = html.find("step_10_validation_0_32x32_ema.png");
+  ASSERT_NE(base, std::string::npos);
+  ASSERT_NE(ema, std::string::npos);
+  EXPECT_LT(base, ema);
+  const auto a = read_all(plain.weights_path), b = read_all(both.weights_path);
+  for (const auto& [name, tensor] : a) EXPECT_TRUE(torch::equal(tensor, b.at(name))) << name;
+
+  auto only = flags;
+  only.insert(only.end(), {"--use_ema=true", "--ema_decay=0.9", "--ema_validation=ema_only", "--max_train_steps=5"});
+  run_training(config("ema-only", only), quiet_hooks());
+  EXPECT_EQ(pngs_in(dir_ / "ema-only/validation_images"),
+            (std::set<std::string>{"step_0_validation_0_32x32_ema.png", "step_5_validation_0_32x32_ema.png"}));
+  EXPECT_EQ(bytes_of(dir_ / "ema-only/validation_images/step_5_validation_0_32x32_ema.png"),
+            bytes_of(dir + "/step_5_validation_0_32x32_ema.png"));
+}
+
 }  // namespace validation_trainer_test
 }  // namespace
 }  // namespace remat::train

@@ -18,6 +18,7 @@
 
 #include "remat/export.h"
 #include "remat/train/family/transformer.h"
+#include "remat/train/options/config.h"
 
 namespace remat::train {
 
@@ -44,6 +45,9 @@ struct ModelUse {
   std::string precision_flag;
   /// Data-parallel processes the run has (WORLD_SIZE); the prediction is per process.
   int world_size = 1;
+  /// use_ema with the average on this device (ema_lives_on): a float32 copy of the trainable
+  /// parameters.
+  bool ema = false;
   /// ZeRO stage (TrainConfig::zero_stage): 1 keeps only this rank's shard of the optimizer state
   /// (remat/train/optimizers/zero_optimizer.h). Needs a full fine-tune and world_size > 1 to shard anything.
   int zero_stage = 0;
@@ -69,8 +73,10 @@ struct MemoryDemand {
   /// ZeRO-1: the broadcast buffer of the updated weights, alive after the optimizer step (one
   /// bucket, Note [ZeRO broadcasts] in zero_optimizer.cpp).
   int64_t broadcast_bytes = 0;
+  /// ModelUse::ema: trainable x 4 (the float32 average), on every rank.
+  int64_t ema_bytes = 0;
   int64_t total() const {
-    return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes + broadcast_bytes;
+    return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes + broadcast_bytes + ema_bytes;
   }
 };
 
@@ -78,6 +84,11 @@ struct MemoryDemand {
 /// `element_bytes`: two float32 tensors of its size (the expanded codes and the scaled weight,
 /// models::dequantize_weight works in float32) plus the cast copy when the dtype is not float32.
 REMAT_API int64_t dequantized_bytes(int64_t elements, int64_t element_bytes);
+
+/// Whether a run of `config` on `device` keeps its EMA average (use_ema) in that device's memory
+/// between updates: always on a CPU run; on an accelerator with ema_device accelerator (and not
+/// ema_cpu_only).
+REMAT_API bool ema_lives_on(const TrainConfig& config, const c10::Device& device);
 
 /// Predicts the memory of building `spec` for `use`, without allocating, from the family's
 /// parameter count and Linear layers (ModelFamily::parameter_count, linear_layers). nullopt when

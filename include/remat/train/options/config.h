@@ -220,6 +220,26 @@ struct TrainConfig {
   /// as torch.cuda.max_memory_allocated counts) must fit. Unset: the device's available memory.
   std::optional<int64_t> gradient_checkpointing_memory_budget;
 
+  // ---- EMA weights (remat/train/run/ema.h) ----
+  /// Keep an exponential moving average of the trained weights, saved beside them.
+  bool use_ema = false;
+  /// The largest decay of the average (SimpleTuner's default 0.995; at most 0.9999).
+  double ema_decay = 0.995;
+  /// Update the average after every N-th optimizer step.
+  int64_t ema_update_interval = 1;
+  /// Where the average lives between updates: "cpu" (host memory) or "accelerator" (the
+  /// training device).
+  std::string ema_device = "cpu";
+  /// Update the average on the host too (implies ema_device cpu).
+  bool ema_cpu_only = false;
+  /// Update tensor by tensor instead of one fused kernel.
+  bool ema_foreach_disable = false;
+  /// Copy the weights into the average before this step, then use ema_decay (0: the warm-up
+  /// schedule of ema_decay_at).
+  int64_t ema_warmup_steps = 0;
+  /// Validation images with the average: "none", "ema_only" or "comparison" (both).
+  std::string ema_validation = "comparison";
+
   // ---- data and output ----
   /// A latent-cache directory, or a folder of images with captions (remat/data/image_dataset.h).
   std::optional<std::string> instance_data_dir;

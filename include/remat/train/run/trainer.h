@@ -35,6 +35,8 @@ struct TrainResult {
   std::vector<StepRecord> records;   ///< the steps run by this invocation
   RunSummary summary;
   std::string weights_path;          ///< the LoRA or full weights written at the end ("" if none)
+  /// With use_ema: the EMA weights written beside them (ema/ for LoRA, transformer_ema/ for full).
+  std::string ema_weights_path;
   std::string last_checkpoint;       ///< the last training checkpoint written ("" if none)
   int64_t final_step = 0;
   bool interrupted = false;

@@ -7,6 +7,8 @@
 ///   optimizer.safetensors  the optimizer state per parameter (optimizer_state(), remat/train/optimizers/optimizer.h)
 ///   rng.safetensors        generator states (the global CPU one and the trainer's own)
 ///   state.json             step, data position, scheduler step and run facts
+///   transformer_ema/ema_model.safetensors  with use_ema: the EMA weights by parameter name, the
+///                          schedule's state as metadata (remat/train/run/ema.h)
 /// A checkpoint is written to a temporary directory and renamed into place, so a crash leaves
 /// either the old checkpoint or the new one, never half of one.
 
@@ -37,6 +39,8 @@ struct TrainingCheckpoint {
   std::vector<io::NamedTensor> optimizer;   ///< see optimizer_state() (remat/train/optimizers/optimizer.h)
   std::vector<io::NamedTensor> rng;         ///< generator name -> state (uint8)
   std::map<std::string, std::string> facts; ///< free-form run facts kept in state.json
+  std::vector<io::NamedTensor> ema;         ///< EMA weights by parameter name; empty: none saved
+  std::map<std::string, std::string> ema_metadata;  ///< ExponentialMovingAverage::state's metadata
 };
 
 /// Writes `output_dir/checkpoint-<global_step>` atomically and returns its path. An existing

@@ -38,6 +38,7 @@
 namespace remat::train {
 
 class Transformer;
+class ExponentialMovingAverage;
 
 /// One prompt to render, with the name its files and gallery column carry.
 struct ValidationPrompt {
@@ -85,9 +86,10 @@ REMAT_API std::vector<ValidationPrompt> validation_prompts(const TrainConfig& co
 REMAT_API bool validation_due(const TrainConfig& config, int64_t step);
 
 /// "step_{step}_{shortname}_{index}_{W}x{H}.png", index counting the pictures of one shortname
-/// across the resolutions (SimpleTuner's validation_images.save_images).
+/// across the resolutions (SimpleTuner's validation_images.save_images); a picture rendered with
+/// the EMA weights ends "_ema.png" (SimpleTuner stitches it beside the other instead).
 REMAT_API std::string validation_image_file_name(int64_t step, const std::string& shortname, int64_t index,
-                                                 const ValidationResolution& resolution);
+                                                 const ValidationResolution& resolution, bool ema = false);
 
 /// Checks before any model loads that `config` can render validation images: a model family that
 /// samples (ModelFamily::samples), and pretrained_model_name_or_path a diffusers pipeline folder
@@ -97,7 +99,7 @@ REMAT_API std::string validation_pipeline_folder(const TrainConfig& config);
 
 /// index.html of `dir` (output_dir/validation_images): a static page (no script, nothing
 /// fetched) with a table of one row per step (ascending, step 0 first) and one column per
-/// shortname / picture index / resolution, built from the step_*.png files in `dir` (so a resumed
+/// shortname / picture index / resolution (an EMA column right after its trained-weights one), built from the step_*.png files in `dir` (so a resumed
 /// run's gallery keeps the earlier steps). `prompts` gives the column order and captions (other
 /// shortnames found follow, sorted). Written atomically.
 REMAT_API void write_validation_gallery(const std::string& dir, const std::vector<ValidationPrompt>& prompts);
@@ -129,8 +131,12 @@ class REMAT_API ValidationRenderer {
   /// Renders every prompt at every resolution with `transformer` (put in eval mode under no-grad
   /// and autocast as the training step uses it, then back in its previous mode), decodes them on
   /// `device`, writes the PNGs (text chunks as `remat sample` writes them, plus training_step)
-  /// and rewrites index.html. Logs one line with the time and peak memory.
-  ValidationRun render(Transformer& transformer, int64_t step, const at::Device& device);
+  /// and rewrites index.html. Logs one line with the time and peak memory. With `ema` (use_ema),
+  /// ema_validation decides the weights: comparison renders every picture with the trained
+  /// weights and again, from the same noise, with the average swapped in; ema_only with the
+  /// average alone; none with the trained weights alone.
+  ValidationRun render(Transformer& transformer, int64_t step, const at::Device& device,
+                       ExponentialMovingAverage* ema = nullptr);
 
   const std::vector<ValidationPrompt>& prompts() const;
   const std::vector<ValidationResolution>& resolutions() const;
