@@ -115,6 +115,8 @@ class Opt {
   Opt& nullable() { spec_.nullable = true; return *this; }
   /// In effect only when `option` is `equals`; `action` is what a UI does meanwhile ("show":
   /// hide the field, "enable": grey it out).
+  /// A setting configs carry whatever its switch says: unused, it is not warned about.
+  Opt& quiet_when_unused() { spec_.warns_when_unused = false; return *this; }
   Opt& depends(std::string option, std::string equals, std::string action = "show") {
     spec_.depends_on.push_back({std::move(option), std::move(equals), std::move(action)});
     return *this;

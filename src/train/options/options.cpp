@@ -276,6 +276,7 @@ std::vector<OptionSpec> build_registry() {
   // ---- EMA weights ----
   // SimpleTuner's ema_config section (sections/training.py) and ema_validation
   // (sections/logging_fields.py); remat/train/run/ema.h says how remat computes the average.
+  // SimpleTuner's configs carry ema_* whatever use_ema says: unused, they are not warned about.
   add(Opt(kEma, "use_ema", T::Bool, bind_field(&C::use_ema),
           "Maintain an exponential moving average copy of the model during training")
       .tooltip("Improves convergence stability at the cost of extra memory and compute: a float32 "
@@ -285,34 +286,34 @@ std::vector<OptionSpec> build_registry() {
                std::string("pytorch_lora_weights.safetensors") + " for LoRA, transformer_ema/ for a full fine-tune."));
   add(Opt(kEma, "ema_decay", T::Float, bind_field(&C::ema_decay),
           "Smoothing factor for EMA updates (closer to 0.9999 = slower drift)")
-      .min(0).max(0.9999).depends("use_ema", "true")
+      .min(0).max(0.9999).depends("use_ema", "true").quiet_when_unused()
       .tooltip("The largest decay used: after step t the decay is min(ema_decay, (1 + n) / (10 + n)) "
                "with n = t - 1 (0 at the first step, which copies the weights), as SimpleTuner's "
                "EMAModel.get_decay. Try 0.999 for a responsive average, 0.9999 for extra smoothness."));
   add(Opt(kEma, "ema_update_interval", T::Int, bind_field(&C::ema_update_interval),
           "Update EMA weights every N optimizer steps")
-      .min(1).max(kMaxTrainSteps).depends("use_ema", "true")
+      .min(1).max(kMaxTrainSteps).depends("use_ema", "true").quiet_when_unused()
       .tooltip("Higher values make training faster but the average less smooth; the decay is that "
                "of the step the update follows."));
   add(Opt(kEma, "ema_device", T::Choice, bind_field(&C::ema_device), "Where to keep the EMA weights in-between updates")
       .choices({"accelerator", "cpu"})
       .labels({{"accelerator", "Training Accelerator"}, {"cpu", "CPU"}})
-      .depends("use_ema", "true")
+      .depends("use_ema", "true").quiet_when_unused()
       .tooltip("accelerator keeps the average on the training device (its memory counts there); cpu "
                "keeps it in host memory and updates it on the device one tensor at a time."));
   add(Opt(kEma, "ema_cpu_only", T::Bool, bind_field(&C::ema_cpu_only),
           "Keep EMA weights exclusively on CPU even when ema_device would normally move them")
-      .depends("use_ema", "true")
+      .depends("use_ema", "true").quiet_when_unused()
       .tooltip("Implies ema_device cpu and updates the average on the host: no device memory, slower "
                "updates."));
   add(Opt(kEma, "ema_foreach_disable", T::Bool, bind_field(&C::ema_foreach_disable),
           "Fallback to standard tensor ops instead of torch.foreach updates")
-      .depends("use_ema", "true")
+      .depends("use_ema", "true").quiet_when_unused()
       .tooltip("The fused update and the per-tensor one compute the same values; disable the fused one "
                "if a backend has trouble with foreach kernels."));
   add(Opt(kEma, "ema_warmup_steps", T::Int, bind_field(&C::ema_warmup_steps),
           "Copy current weights into EMA before this optimizer step, then use the configured decay")
-      .min(0).max(kMaxTrainSteps).depends("use_ema", "true")
+      .min(0).max(kMaxTrainSteps).depends("use_ema", "true").quiet_when_unused()
       .tooltip("0 keeps the warm-up schedule of ema_decay."));
   // ---- Flow matching ----
   add(Opt(kFlow, "flow_schedule_shift", T::Float, bind_field(&C::flow_schedule_shift),

@@ -47,7 +47,7 @@ std::string unknown_option_message(std::string_view name, const std::string& whe
 std::vector<Diagnostic> dependency_diagnostics(TrainConfig& config, bool checkpointing) {
   std::vector<Diagnostic> out;
   for (const OptionSpec& spec : option_specs()) {
-    if (spec.checkpointing != checkpointing || spec.depends_on.empty()) continue;
+    if (spec.checkpointing != checkpointing || spec.depends_on.empty() || !spec.warns_when_unused) continue;
     const std::optional<std::string> value = spec.render(config);
     if (value == spec.default_value) continue;
     for (const auto& dep : spec.depends_on) {

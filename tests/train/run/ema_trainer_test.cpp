@@ -190,6 +190,20 @@ TEST_F(EmaTrainerTest, StepPeakGrowsByThePredictedEmaBytes) {
   }
 }
 
+// SimpleTuner's configs carry ema_* at any value with use_ema false: no warning, nothing changes.
+// ema_cpu_only means ema_device cpu, as SimpleTuner's configure_args sets it.
+TEST_F(EmaTrainerTest, SettingsWithoutUseEmaAreQuietAndCpuOnlyMeansCpu) {
+  std::vector<std::string> warnings;
+  load_train_config({"--model_family=flux", "--model_flavour=flux-tiny", "--ema_decay=0.999",
+                     "--ema_update_interval=5", "--ema_device=accelerator", "--output_dir=" + (root_ / "q").string(),
+                     "--instance_data_dir=" + (root_ / "data").string()},
+                    warnings);
+  for (const auto& w : warnings) EXPECT_EQ(w.find("ema_"), std::string::npos) << w;
+  const TrainConfig cpu = config("cpu", {"--use_ema=true", "--ema_device=accelerator", "--ema_cpu_only=true"});
+  EXPECT_EQ(cpu.ema_device, "cpu");
+  EXPECT_FALSE(ema_settings(cpu).on_training_device);
+}
+
 }  // namespace ema_trainer_test
 }  // namespace
 }  // namespace remat::train

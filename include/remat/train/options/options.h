@@ -71,6 +71,10 @@ struct OptionSpec {
   /// and "", which mean "use the default" (for most nullable options the default is unset).
   bool nullable = false;
   std::vector<OptionDependency> depends_on;  ///< all must hold for the option to take effect
+  /// Whether a value set while depends_on does not hold is warned about (dependency_diagnostics).
+  /// False for settings that configs carry whatever the switch says (SimpleTuner's ema_* with
+  /// use_ema false): the UI still hides them, the run says nothing.
+  bool warns_when_unused = true;
   bool checkpointing = false;  ///< part of the gradient-checkpointing group (translated docs)
   std::vector<std::string> aliases;  ///< other accepted key names (SimpleTuner legacy names)
   /// Choice options: a label per choice for UIs and docs ("Recompute whole blocks (PyTorch)").
@@ -140,7 +144,8 @@ REMAT_API std::string unknown_option_message(std::string_view name, const std::s
 /// The dependency rule, driven by each option's depends_on: an option whose value differs from
 /// its default while an option it depends on does not have the required value is reported as a
 /// warning: "X=v has no effect because D is d" when D is a switch (the value is kept, unused),
-/// "X=v is only used with D=e; ignoring it" otherwise (the value is reset to its default).
+/// "X=v is only used with D=e; ignoring it" otherwise (the value is reset to its default);
+/// options with warns_when_unused false are not reported.
 /// `checkpointing`: check the gradient-checkpointing options (the safety check's rule 1) or the
 /// others.
 REMAT_API std::vector<Diagnostic> dependency_diagnostics(TrainConfig& config, bool checkpointing);
