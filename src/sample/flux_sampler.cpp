@@ -1,4 +1,5 @@
-// The denoising loop of diffusers' FluxPipeline.__call__ (pipelines/flux/pipeline_flux.py).
+// The denoising loop of diffusers' FluxPipeline.__call__ (pipelines/flux/pipeline_flux.py), with
+// FluxKontextPipeline.__call__'s reference latents (pipelines/flux/pipeline_flux_kontext.py).
 
 #include "remat/sample/flux_sampler.h"
 
@@ -76,6 +77,14 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
                       std::to_string(config.in_channels));
   }
   check_embeddings(positive, "positive", config);
+  const at::Tensor& reference = settings.reference_latents;
+  if (reference.defined() && (reference.dim() != 3 || reference.size(0) != config.in_channels / 4 ||
+                              reference.size(1) < 2 || reference.size(2) < 2 || reference.size(1) % 2 != 0 ||
+                              reference.size(2) % 2 != 0)) {
+    throw_value_error("[sample] reference_latents (Kontext's input picture) must be (" +
+                      std::to_string(config.in_channels / 4) + ", h, w) with h and w even, got " +
+                      c10::str(reference.sizes()));
+  }
   const bool true_cfg = settings.true_cfg_scale > 1.0 && negative != nullptr;
   if (true_cfg) check_embeddings(*negative, "negative", config);
 
@@ -95,8 +104,18 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
   at::Generator generator = at::detail::createCPUGenerator(settings.seed);
   const at::Tensor noise = at::randn({1, channels, h, w}, generator, at::TensorOptions().dtype(latent_dtype));
   at::Tensor latents = models::flux_pack_latents(noise).to(model_weight.device());
+  // The schedule's shift follows the sampled tokens alone, as FluxKontextPipeline's mu does.
   const int64_t image_seq_len = latents.size(1);
-  const at::Tensor img_ids = models::flux_image_ids(h / 2, w / 2).to(model);
+  at::Tensor img_ids = models::flux_image_ids(h / 2, w / 2).to(model);
+  // Kontext: the picture's packed latents, in the latents' dtype (prepare_latents casts the
+  // encoded picture to prompt_embeds.dtype), and its ids: the latent ids with id[..., 0] = 1.
+  at::Tensor reference_tokens;
+  if (reference.defined()) {
+    reference_tokens = models::flux_pack_latents(reference.unsqueeze(0).to(latent_dtype)).to(model_weight.device());
+    at::Tensor reference_ids = models::flux_image_ids(reference.size(1) / 2, reference.size(2) / 2);
+    reference_ids.select(1, 0).fill_(1);
+    img_ids = at::cat({img_ids, reference_ids.to(model)}, 0);
+  }
 
   const FlowMatchSchedule schedule = flow_match_schedule(scheduler, settings.num_inference_steps, image_seq_len);
   const at::Tensor timesteps = schedule.timesteps.to(model_weight.device());
@@ -113,10 +132,15 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
   for (int64_t i = 0; i < steps; ++i) {
     // diffusers: t.expand(B).to(latents.dtype) / 1000; the model multiplies by 1000 again.
     const at::Tensor timestep = (timesteps[i].expand({1}).to(latent_dtype) / 1000).to(model);
-    const at::Tensor x = latents.to(model);
-    at::Tensor v = transformer.forward(x, pos.embeds, pos.pooled, timestep, img_ids, pos.ids, guidance);
+    const at::Tensor x = reference_tokens.defined() ? at::cat({latents, reference_tokens}, 1).to(model) : latents.to(model);
+    // Kontext: noise_pred[:, : latents.size(1)], the sampled tokens' prediction.
+    const auto predict = [&](const TextInputs& text) {
+      const at::Tensor out = transformer.forward(x, text.embeds, text.pooled, timestep, img_ids, text.ids, guidance);
+      return reference_tokens.defined() ? out.slice(1, 0, image_seq_len) : out;
+    };
+    at::Tensor v = predict(pos);
     if (true_cfg && i >= settings.no_cfg_until_step) {
-      const at::Tensor v_neg = transformer.forward(x, neg.embeds, neg.pooled, timestep, img_ids, neg.ids, guidance);
+      const at::Tensor v_neg = predict(neg);
       v = v_neg + settings.true_cfg_scale * (v - v_neg);
     }
     // Same dtype as the latents (diffusers' pipelines run the text encoders and the transformer in

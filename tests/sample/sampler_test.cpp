@@ -70,6 +70,42 @@ TEST_F(SamplerTest, OneStepIsNoiseMinusVelocity) {
   EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6));
 }
 
+// FLUX.1 Kontext (diffusers' FluxKontextPipeline): the reference picture's packed latents follow
+// the noisy ones, with ids (1, r, c), and only the noisy tokens' prediction steps the latents. A
+// reference of another size than the picture works; one step is done by hand here.
+TEST_F(SamplerTest, KontextAppendsTheReferenceTokensAndKeepsTheSampledOnes) {
+  settings_.num_inference_steps = 1;
+  const int64_t h = 8, w = 6, rh = 4, rw = 10;
+  const at::Tensor reference = torch::randn({16, rh, rw});
+  settings_.reference_latents = reference;
+  const at::Tensor got = run(settings_);
+  auto generator = at::detail::createCPUGenerator(7);
+  const at::Tensor packed = models::flux_pack_latents(at::randn({1, 16, h, w}, generator, at::kFloat));
+  at::Tensor reference_ids = models::flux_image_ids(rh / 2, rw / 2);
+  reference_ids.select(1, 0).fill_(1);
+  at::Tensor v;
+  {
+    torch::NoGradGuard no_grad;
+    v = model_->forward(at::cat({packed, models::flux_pack_latents(reference.unsqueeze(0))}, 1),
+                        positive_.prompt_embeds.unsqueeze(0), positive_.pooled_prompt_embeds.unsqueeze(0),
+                        torch::full({1}, 1.0), at::cat({models::flux_image_ids(h / 2, w / 2), reference_ids}, 0),
+                        models::flux_text_ids(positive_.prompt_embeds.size(0)), torch::full({1}, settings_.guidance_scale));
+  }
+  ASSERT_EQ(v.size(1), h * w / 4 + rh * rw / 4);
+  const at::Tensor expected = models::flux_unpack_latents(packed - v.slice(1, 0, h * w / 4), h, w)[0];
+  ASSERT_EQ(got.sizes(), expected.sizes());
+  EXPECT_TRUE(at::allclose(got, expected, 1e-5, 1e-6));
+  // The reference changes the picture: without it the same seed gives another one.
+  settings_.reference_latents = at::Tensor();
+  EXPECT_FALSE(at::allclose(run(settings_), got, 1e-3, 1e-3));
+  // A reference of the wrong channel count, or odd sides, is refused by name.
+  settings_.reference_latents = torch::randn({8, 4, 4});
+  EXPECT_NE(error_of([&] { run(settings_); }).find("reference_latents (Kontext's input picture) must be (16, h, w)"),
+            std::string::npos);
+  settings_.reference_latents = torch::randn({16, 3, 4});
+  EXPECT_NE(error_of([&] { run(settings_); }).find("with h and w even"), std::string::npos);
+}
+
 TEST(SamplerNoiseTest, IsDiffusersNoiseForTheSeed) {
   // Recorded from diffusers' FluxPipeline on a tiny pipeline: at 64 x 48 with seed 7 it drew
   // torch.randn((1, 16, 8, 6)) from a CPU generator; these are its first values (AVX2 kernel; the

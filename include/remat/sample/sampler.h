@@ -44,6 +44,11 @@ struct SamplingSettings {
   /// 8 for FLUX.1's VAE (encoders::ImageAutoencoder::vae_scale_factor). FluxPipeline sizes the latent
   /// grid from it; width and height must also be multiples of 2 f.
   int64_t vae_scale_factor = 8;
+  /// FLUX.1 Kontext: the input picture's latents (C, h, w) with h and w even, normalised as the
+  /// sampled latents are ((z - shift_factor) * scaling_factor). Each step appends them, packed,
+  /// after the noisy latents with position ids whose first coordinate is 1, and keeps the
+  /// prediction of the noisy tokens only (diffusers' FluxKontextPipeline). Undefined: none.
+  at::Tensor reference_latents;
 };
 
 /// Called after each denoising step with (steps done, total steps).
