@@ -108,7 +108,7 @@ std::string override_directory(const PipelineLayout& layout, const std::string& 
 
 const PipelineLayout& flux_pipeline_layout() {
   static const PipelineLayout layout = {
-      {"FluxPipeline"},
+      {"FluxPipeline", "FluxKontextPipeline"},
       "remat reads Flux pipeline folders",
       {
           {"scheduler", "diffusers", {"FlowMatchEulerDiscreteScheduler"}, "scheduler_config.json", false},

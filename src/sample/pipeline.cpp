@@ -9,10 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <torch/torch.h>
 
 #include "remat/duration.h"
+#include "remat/image/image_file.h"
+#include "remat/sample/kontext.h"
 #include "remat/util/error.h"
 
 namespace remat::sample {
@@ -80,10 +83,33 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
     throw_value_error("[sample] vae_tiling_above must be >= 0 pixels, got " + std::to_string(options.vae_tiling_above));
   }
   check_requests(requests);
-  pipeline.check(options, requests);
-  std::vector<SampleRequest> sized = requests;  // the latent grid follows this pipeline's autoencoder
-  for (auto& r : sized) r.settings.vae_scale_factor = pipeline.vae_scale_factor();
   Stages stages(events);
+  std::vector<SampleRequest> sized = requests;  // the latent grid follows this pipeline's autoencoder
+  const int64_t f = pipeline.vae_scale_factor();
+  // FLUX.1 Kontext: the picture's size at max_area, and each input picture's, before anything loads.
+  std::vector<std::optional<image::ImageInfo>> inputs(requests.size());
+  for (size_t i = 0; i < sized.size(); ++i) {
+    auto& s = sized[i].settings;
+    s.vae_scale_factor = f;
+    if (!pipeline.edits_pictures()) {
+      if (sized[i].image) {
+        throw_value_error("[sample] --image '" + *sized[i].image + "' needs a FLUX.1 Kontext pipeline (model_index.json "
+                          "\"_class_name\": \"FluxKontextPipeline\"); this pipeline makes pictures from text only");
+      }
+      continue;
+    }
+    const PictureSize made = kontext_output_size(s.width, s.height, options.max_area, 2 * f);
+    if (made.width != s.width || made.height != s.height) {
+      stages.warn("picture " + std::to_string(i + 1) + ": " + std::to_string(s.width) + " x " +
+                  std::to_string(s.height) + " becomes " + std::to_string(made.width) + " x " +
+                  std::to_string(made.height) + " (Kontext makes its pictures at --max_area " +
+                  std::to_string(options.max_area) + " pixels)");
+      s.width = made.width;
+      s.height = made.height;
+    }
+    if (sized[i].image) inputs[i] = image::read_image_info(*sized[i].image);
+  }
+  pipeline.check(options, sized);
   const std::vector<models::LoraFile> loras = pipeline.read_loras(options.loras);
   for (const auto& lora : loras) {
     for (const auto& w : lora.warnings) stages.warn("LoRA '" + lora.path + "': " + w);
@@ -117,6 +143,23 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
     stages.end("encoded " + std::to_string(encoded.size()) + (encoded.size() == 1 ? " prompt" : " prompts"));
   }
 
+  // ---- 1b. Kontext: the autoencoder encodes the input pictures (FluxKontextPipeline.prepare_latents:
+  //      the posterior's mode, shifted and scaled), then is freed ----
+  if (std::any_of(inputs.begin(), inputs.end(), [](const auto& info) { return info.has_value(); })) {
+    stages.begin("loading the VAE to encode the input pictures");
+    const auto vae = pipeline.load_autoencoder(models);
+    stages.end("loaded the VAE");
+    for (size_t i = 0; i < n; ++i) {
+      if (!inputs[i]) continue;
+      const PictureSize size = kontext_input_size(inputs[i]->width, inputs[i]->height, 2 * f, options.image_auto_resize);
+      stages.begin("encoding input picture " + std::to_string(i + 1) + " at " + std::to_string(size.width) + " x " +
+                   std::to_string(size.height));
+      const at::Tensor picture = image::read_image(*requests[i].image);
+      sized[i].settings.reference_latents = vae->encode_image(kontext_vae_input(picture, size), c10::nullopt);
+      stages.end("encoded input picture " + std::to_string(i + 1));
+    }
+  }
+
   // ---- 2. the transformer (with the LoRAs merged): every request denoised, then freed ----
   std::vector<at::Tensor> latents(n);
   {
@@ -142,7 +185,7 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
   stages.end("loaded the VAE");
   std::vector<at::Tensor> pictures;
   for (size_t i = 0; i < n; ++i) {
-    const auto& s = requests[i].settings;
+    const auto& s = sized[i].settings;
     const bool tiled = options.vae_tiling_above == 0 || std::max(s.width, s.height) > options.vae_tiling_above;
     vae->set_tiling(tiled);
     stages.begin("decoding picture " + std::to_string(i + 1) + (tiled ? " (tiled)" : ""));

@@ -98,6 +98,9 @@ int run_sample(const std::vector<std::string>& args) {
   sample::SamplingSettings settings;
   int64_t seed = 0, max_length = 512, tiling_above = 1024, threads = 0;
   std::string revision = "main";
+  std::optional<std::string> image;
+  int64_t max_area = 1024 * 1024;
+  bool image_auto_resize = true;
   app.add_option("--pipeline,--pretrained_model_name_or_path", folder,
                  "A diffusers Flux pipeline folder (model_index.json, transformer/, vae/, text_encoder/, "
                  "text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/), or the Hugging Face model id of one "
@@ -126,6 +129,18 @@ int run_sample(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_option("--seed", seed, "Seed of the initial noise; every prompt uses it (same seed, same picture)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
+  app.add_option("--image", image,
+                 "FLUX.1 Kontext pipelines (model_index.json FluxKontextPipeline): the picture every prompt edits; "
+                 "its VAE latents condition each denoising step");
+  app.add_option("--max_area", max_area,
+                 "FLUX.1 Kontext pipelines: pixels of each picture made, at the aspect ratio of --width / --height "
+                 "(FluxKontextPipeline's max_area)")
+      ->check(CLI::Range(int64_t{1}, sample::kMaxSampleSide * sample::kMaxSampleSide))
+      ->capture_default_str();
+  app.add_option("--image_auto_resize", image_auto_resize,
+                 "FLUX.1 Kontext pipelines: resize --image to the preferred Kontext resolution nearest its aspect "
+                 "ratio (FluxKontextPipeline's _auto_resize); false: keep its size, floored to the latent grid")
       ->capture_default_str();
   app.add_option("--lora", lora_texts,
                  "A LoRA file (PEFT/diffusers, kohya, Black Forest Labs or XLabs form) merged into the "
@@ -180,10 +195,12 @@ int run_sample(const std::vector<std::string>& args) {
   options.max_sequence_length = max_length;
   options.vae_tiling_above = tiling_above;
   options.base_model_precision = train::parse_base_model_precision_option(base_model_precision, "sample");
+  options.max_area = max_area;
+  options.image_auto_resize = image_auto_resize;
   for (const auto& text : lora_texts) options.loras.push_back(sample::parse_lora_spec(text));
 
   std::vector<sample::SampleRequest> requests;
-  for (const auto& p : prompts) requests.push_back({p, negative_prompt, settings});
+  for (const auto& p : prompts) requests.push_back({p, negative_prompt, image, settings});
   const std::vector<std::string> paths = output_paths(output, requests.size());
 
   std::string loras;
@@ -201,6 +218,7 @@ int run_sample(const std::vector<std::string>& args) {
         {"model", folder},
         {"loras", loras},
         {"base_model_precision", base_model_precision},
+        {"image", r.image.value_or("")},
         {"software", "remat"},
     };
   };
@@ -229,7 +247,13 @@ int run_sample(const std::vector<std::string>& args) {
                  static_cast<long long>(step), static_cast<long long>(steps), seconds);
   };
   events.on_image = [&](size_t index, const at::Tensor& pixels) {
-    image::write_png(paths[index], pixels, png_text(requests[index]));
+    // The size made (a Kontext pipeline makes its pictures at --max_area).
+    image::PngText text = png_text(requests[index]);
+    for (auto& [key, value] : text) {
+      if (key == "width") value = std::to_string(pixels.size(1));
+      if (key == "height") value = std::to_string(pixels.size(0));
+    }
+    image::write_png(paths[index], pixels, text);
     std::cout << "wrote " << paths[index] << " (" << pixels.size(1) << " x " << pixels.size(0) << ")\n";
   };
   train::run_text_to_image(options, requests, events);

@@ -2,7 +2,8 @@
 /// \file
 /// Text to image with a diffusers pipeline folder and any number of LoRAs (`remat sample`), in
 /// diffusers' order of work (FluxPipeline.__call__), each model in memory only while it is needed:
-///   1. the text encoders encode every prompt and negative prompt, then are freed;
+///   1. the text encoders encode every prompt and negative prompt, then are freed; a Kontext
+///      pipeline's autoencoder then encodes the requests' input pictures, and is freed;
 ///   2. the transformer is built from transformer/config.json, loaded, the LoRAs are merged into
 ///      its weights, and each request is denoised (remat/sample/sampler.h Denoiser) with the
 ///      pipeline's scheduler; then the transformer is freed;
@@ -59,6 +60,12 @@ struct PipelineOptions {
   /// models::parse_base_model_precision): quantised as they stream from the file, so the
   /// full-precision transformer is never held (remat/models/quantized_loading.h).
   models::BasePrecision base_model_precision;
+  /// FLUX.1 Kontext pipelines (TextToImage::edits_pictures): every picture is made at the
+  /// requested aspect ratio with this many pixels (FluxKontextPipeline's max_area, 1024^2).
+  int64_t max_area = 1024 * 1024;
+  /// FLUX.1 Kontext: an input picture is resized to the preferred Kontext resolution nearest its
+  /// aspect ratio (FluxKontextPipeline's _auto_resize); false: to its own size floored to 2 f.
+  bool image_auto_resize = true;
 };
 
 /// One picture to make.
@@ -67,6 +74,9 @@ struct SampleRequest {
   /// Used only when settings.true_cfg_scale > 1 (an empty string is a negative prompt too, as
   /// in diffusers); unset: no true CFG.
   std::optional<std::string> negative_prompt;
+  /// A picture to edit (FLUX.1 Kontext pipelines only): its VAE latents condition every step
+  /// (SamplingSettings::reference_latents). Unset: none.
+  std::optional<std::string> image;
   SamplingSettings settings;
 };
 
@@ -101,6 +111,9 @@ class REMAT_API TextToImage {
   virtual ~TextToImage() = default;
   /// f of the pipeline's autoencoder: pixels per latent pixel (SamplingSettings::vae_scale_factor).
   virtual int64_t vae_scale_factor() const = 0;
+  /// Whether the pipeline edits pictures as FLUX.1 Kontext's does (a request's image; its sizes by
+  /// kontext_output_size, remat/sample/kontext.h).
+  virtual bool edits_pictures() const { return false; }
   /// Checks, before any model loads, what only the family knows: the options (dtype,
   /// max_sequence_length), each request's size against the family's latent grid, and that the
   /// largest transient of each stage fits the memory the device has. Throws c10::ValueError

@@ -307,7 +307,8 @@ void register_family_flux() {
   f.latents = LatentLayout{kFluxName, /*channels=*/16, /*spatial_multiple=*/2, /*pooled=*/true,
                            /*variable_text_length=*/false};
   f.encoders = encoders::flux_family_encoders();  // CLIP-L, T5 and the VAE (remat/encoders/flux_encoders.h)
-  f.pipeline_classes = {"FluxPipeline"};
+  f.pipeline_classes = {"FluxPipeline", "FluxKontextPipeline"};
+  f.picture_editing_pipeline_classes = {"FluxKontextPipeline"};
   f.max_sequence_length = 512;  // FluxPipeline.check_inputs
   f.scheduler = flux_scheduler;
   f.check_pipeline = check_flux_pipeline;

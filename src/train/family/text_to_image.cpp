@@ -55,6 +55,11 @@ class FamilyTextToImage final : public FamilyPipeline {
   }
 
   int64_t vae_scale_factor() const override { return vae_scale_factor_; }
+  bool edits_pictures() const override {
+    const auto& editing = family_.picture_editing_pipeline_classes;
+    return !folder_.root.empty() &&
+           std::find(editing.begin(), editing.end(), encoders::pipeline_class(folder_.root)) != editing.end();
+  }
 
   void check(const sample::PipelineOptions& options, const std::vector<sample::SampleRequest>& requests) const override {
     if (options.max_sequence_length < 1 || options.max_sequence_length > family_.max_sequence_length) {

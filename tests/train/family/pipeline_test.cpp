@@ -17,11 +17,14 @@
 #include "remat/encoders/demo_pipeline.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/pipeline_folder.h"
+#include "remat/image/image_file.h"
+#include "remat/image/png_file.h"
 #include "remat/io/safetensors.h"
 #include "remat/memory.h"
 #include "remat/models/flux.h"
 #include "remat/models/lora.h"
 #include "remat/sample/flux_sampler.h"
+#include "remat/sample/kontext.h"
 #include "remat/sample/pipeline.h"
 #include "remat/train/family/text_to_image.h"
 #include "temp_dir.h"
@@ -405,6 +408,82 @@ TEST(LoraSpecTest, ScaleIsATrailingNumber) {
   EXPECT_EQ(spec.path, "a.safetensors:inf");
   EXPECT_NE(error_of([] { parse_lora_spec(":0.5"); }).find("--lora"), std::string::npos);
   EXPECT_NE(error_of([] { parse_lora_spec(""); }).find("--lora"), std::string::npos);
+}
+
+// FLUX.1 Kontext: a folder whose model_index.json names FluxKontextPipeline edits the request's
+// picture: the picture resized (PIL's Lanczos) and encoded by the VAE (the posterior's mode,
+// shifted and scaled), its latents appended at every step. The same work done here by hand gives
+// the same picture bit for bit; the picture is made at max_area pixels; FluxPipeline refuses one.
+TEST_F(PipelineTest, KontextEditsTheInputPicture) {
+  const std::string kontext = *dir_ / "kontext";
+  if (!fs::exists(kontext)) {
+    fs::copy(folder(), kontext, fs::copy_options::recursive);
+    nlohmann::json index = nlohmann::json::parse(std::ifstream(kontext + "/model_index.json"));
+    index["_class_name"] = "FluxKontextPipeline";
+    std::ofstream(kontext + "/model_index.json") << index.dump(2);
+  }
+  torch::manual_seed(5);
+  const at::Tensor picture = torch::randint(0, 256, {24, 40, 3}, at::kByte);
+  const std::string input = *dir_ / "input.png";
+  image::write_png(input, picture);
+  options_.folder = kontext;
+  options_.max_area = 64 * 48;  // the requested 64 x 48 itself
+  options_.image_auto_resize = false;
+  request_.image = input;
+  const at::Tensor got = run_one();
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{48, 64, 3}));
+
+  const auto pipeline = encoders::PipelineFolder::open(kontext, encoders::flux_pipeline_components());
+  encoders::FluxEncodersOptions eo;
+  eo.dtype = at::kFloat;
+  auto encoders = encoders::FluxEncoders::load(pipeline, eo);
+  const auto e = encoders.encode_prompt(request_.prompt);
+  const int64_t multiple = 2 * encoders.vae_scale_factor();  // the demo VAE's latent grid
+  const PictureSize size = kontext_input_size(40, 24, multiple, false);
+  EXPECT_EQ(size, (PictureSize{40 / multiple * multiple, 24 / multiple * multiple}));
+  SamplingSettings settings = request_.settings;
+  settings.vae_scale_factor = encoders.vae_scale_factor();
+  {
+    torch::NoGradGuard no_grad;
+    auto& vae = encoders.vae();
+    const at::Tensor x = image::picture_to_vae_input(
+        size == PictureSize{40, 24} ? picture : image::resize_picture(picture, size.width, size.height));
+    settings.reference_latents = vae->to_transformer_latents(vae->encode(x).mode()).squeeze(0);
+  }
+  models::Flux transformer = load_transformer();
+  transformer->eval();
+  const auto scheduler =
+      FlowMatchSchedulerConfig::from_json_file(pipeline.directory("scheduler") + "/scheduler_config.json");
+  const at::Tensor latents = denoise(*transformer, scheduler, {e.prompt_embeds, e.pooled_prompt_embeds}, nullptr, settings);
+  at::Tensor expected;
+  {
+    torch::NoGradGuard no_grad;
+    expected = to_uint8_image(encoders.vae()->decode(encoders.vae()->from_transformer_latents(latents.unsqueeze(0))));
+  }
+  EXPECT_TRUE(at::equal(got, expected));
+
+  // Without the picture the same seed makes another one; a picture of another size is another edit.
+  request_.image.reset();
+  EXPECT_FALSE(at::equal(got, run_one()));
+  request_.image = input;
+
+  // The picture is made at max_area pixels, at the requested aspect ratio, with a warning.
+  options_.image_auto_resize = false;
+  request_.settings.width = 32;
+  request_.settings.height = 32;
+  std::vector<std::string> warnings;
+  PipelineEvents events;
+  events.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+  const int64_t side = 55 / multiple * multiple;  // round(sqrt(3072)) = 55, floored to the grid
+  EXPECT_EQ(run({request_}, events).at(0).sizes(), (std::vector<int64_t>{side, side, 3}));
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("32 x 32 becomes " + std::to_string(side) + " x " + std::to_string(side)),
+            std::string::npos)
+      << warnings[0];
+
+  // A text-to-image pipeline refuses an input picture before any model loads.
+  options_.folder = folder();
+  EXPECT_NE(error_of([&] { run_one(); }).find("needs a FLUX.1 Kontext pipeline"), std::string::npos);
 }
 
 }  // namespace pipeline_test

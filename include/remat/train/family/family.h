@@ -102,6 +102,9 @@ struct ModelFamily {
   /// model_index.json `_class_name` values of its diffusers pipelines ("FluxPipeline"):
   /// `remat sample` picks the family of a folder by them (remat/train/family/text_to_image.h).
   std::vector<std::string> pipeline_classes;
+  /// Those of pipeline_classes that edit an input picture as FLUX.1 Kontext's does
+  /// (sample::TextToImage::edits_pictures: "FluxKontextPipeline").
+  std::vector<std::string> picture_editing_pipeline_classes;
   /// The most text tokens its pipelines take (FluxPipeline.check_inputs: 512).
   int64_t max_sequence_length = 512;
   /// Its pipelines' scheduler: the folder's scheduler/ config when it has one, else the published
