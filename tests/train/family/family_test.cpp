@@ -239,7 +239,7 @@ void register_toy_family() {
   ModelFamily toy;
   toy.name = "toy";
   toy.display_name = "Toy";
-  toy.flavour_specs = {{"toy-3", "toy-3", "three blocks", ""}, {"toy-6", "toy-6", "six blocks", ""}};
+  toy.flavour_specs = {{"toy-3", "toy-3", "three blocks", "", ""}, {"toy-6", "toy-6", "six blocks", "", ""}};
   toy.default_flavour = "toy-3";
   toy.latents = LatentLayout{"toy", kToyChannels, 1, /*pooled=*/false, /*variable_text_length=*/false};
   toy.checkpointing = {/*interval=*/true, /*segment_stride=*/false, /*ffn_scope=*/false, {"blocks"}};
