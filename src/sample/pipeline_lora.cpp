@@ -1,15 +1,18 @@
 // The LoRAs of a sampling run: `--lora PATH[:SCALE]`, and each file read and checked against the
 // transformer's shapes before any model is built (remat/sample/pipeline.h).
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <c10/util/StringUtil.h>
 
+#include "remat/io/hub_cache.h"
 #include "remat/util/error.h"
 #include "remat/util/files.h"
 #include "remat/models/lora.h"
@@ -45,6 +48,47 @@ LoraSpec parse_lora_spec(const std::string& text) {
     throw_value_error("[sample] --lora needs a file: PATH or PATH:SCALE, got '" + text + "'");
   }
   return spec;
+}
+
+// diffusers' _best_guess_weight_name (loaders/lora_base.py): the folder's top-level .safetensors
+// files without "scheduler", "optimizer" or "checkpoint" in their names; pytorch_lora_weights.
+// safetensors when present. Where diffusers takes the first of several with a warning, this names
+// them all and asks for one.
+std::string lora_file_of(const std::string& path_or_id, const std::string& revision, std::string* resolved_from) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::string dir = path_or_id;
+  if (!fs::is_directory(path_or_id, ec)) {
+    const auto snapshot = io::hub_snapshot_unless_local(path_or_id, revision, {}, "sample");
+    if (!snapshot) return path_or_id;  // a file (or nothing: read_loras_for names it)
+    dir = snapshot->directory;
+    if (resolved_from) {
+      *resolved_from = path_or_id + " at revision " + revision + " (commit " + snapshot->commit +
+                       ") from the Hugging Face cache: " + snapshot->directory;
+    }
+  }
+  std::vector<std::string> candidates;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool weights = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    const bool excluded = name.find("scheduler") != std::string::npos ||
+                          name.find("optimizer") != std::string::npos || name.find("checkpoint") != std::string::npos;
+    if (weights && !excluded) candidates.push_back(name);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  const std::string standard = "pytorch_lora_weights.safetensors";
+  if (std::find(candidates.begin(), candidates.end(), standard) != candidates.end()) {
+    return (fs::path(dir) / standard).string();
+  }
+  if (candidates.size() == 1) return (fs::path(dir) / candidates.front()).string();
+  if (candidates.empty()) {
+    throw_value_error("[sample] --lora '" + path_or_id + "': " + dir + " holds no .safetensors LoRA file (" + standard +
+                      " or another top-level .safetensors)");
+  }
+  std::string names;
+  for (const auto& c : candidates) names += (names.empty() ? "" : ", ") + c;
+  throw_value_error("[sample] --lora '" + path_or_id + "': " + dir + " holds several .safetensors files (" + names +
+                    "): name one, e.g. --lora " + (fs::path(dir) / candidates.front()).string());
 }
 
 std::vector<models::LoraFile> read_loras_for(const std::vector<LoraSpec>& loras,

@@ -9,7 +9,7 @@
 # - --revision (a tag, a commit hash) selects the other snapshot;
 # - each missing piece (repository, revision, component, blob) exits 2 naming the id, the revision,
 #   the paths looked at and the `hf download` command;
-# - `remat sample --pipeline org/name` samples from the cache.
+# - `remat sample --pipeline org/name` samples from the cache, `--lora org/name` merges a LoRA from it.
 # Usage: hub_cache_test.sh <remat binary> <repository root>
 set -u
 remat=$1
@@ -114,6 +114,29 @@ for revision in main v2; do
       --width 32 --height 32 --num_inference_steps 2 --dtype float32 --output "s-$revision.png" --torch_num_threads 1
 done
 cmp -s s-main.png s-v2.png && fail "the two revisions sampled the same picture"
+
+# A LoRA by hub id: the repository's pytorch_lora_weights.safetensors (diffusers' default name); a
+# repository with several candidate files is refused, naming them.
+lora_repo=$HF_HUB_CACHE/models--someone--my-flux-lora
+lora_commit=3333333333333333333333333333333333333333
+mkdir -p "$lora_repo/snapshots/$lora_commit" "$lora_repo/refs" "$lora_repo/blobs"
+hash=$(sha256sum out/examples/simpletuner-flux/pytorch_lora_weights.safetensors | cut -d' ' -f1)
+cp out/examples/simpletuner-flux/pytorch_lora_weights.safetensors "$lora_repo/blobs/$hash"
+ln -s "../../blobs/$hash" "$lora_repo/snapshots/$lora_commit/pytorch_lora_weights.safetensors"
+printf %s $lora_commit > "$lora_repo/refs/main"
+expect 0 "LoRA: someone/my-flux-lora at revision main (commit $lora_commit) from the Hugging Face cache" -- \
+  "$remat" sample --pipeline black-forest-labs/FLUX.1-Krea-dev --lora someone/my-flux-lora:2 --prompt "a red square" \
+    --width 32 --height 32 --num_inference_steps 2 --dtype float32 --output s-lora.png --torch_num_threads 1
+cmp -s s-main.png s-lora.png && fail "the LoRA from the cache changed nothing"
+ln -s "../../blobs/$hash" "$lora_repo/snapshots/$lora_commit/other.safetensors"
+rm "$lora_repo/snapshots/$lora_commit/pytorch_lora_weights.safetensors"
+ln -s "../../blobs/$hash" "$lora_repo/snapshots/$lora_commit/another.safetensors"
+expect 2 "holds several .safetensors files (another.safetensors, other.safetensors): name one" -- \
+  "$remat" sample --pipeline black-forest-labs/FLUX.1-Krea-dev --lora someone/my-flux-lora --prompt "a red square" \
+    --width 32 --height 32 --num_inference_steps 2 --output s-x.png
+expect 2 "someone/other-lora (revision main) is not in the Hugging Face cache" -- \
+  "$remat" sample --pipeline black-forest-labs/FLUX.1-Krea-dev --lora someone/other-lora --prompt "a red square" \
+    --width 32 --height 32 --num_inference_steps 2 --output s-x.png
 
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "ok: models from the hub cache"

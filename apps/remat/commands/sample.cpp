@@ -144,7 +144,9 @@ int run_sample(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_option("--lora", lora_texts,
                  "A LoRA file (PEFT/diffusers, kohya, Black Forest Labs or XLabs form) merged into the "
-                 "transformer, PATH or PATH:SCALE (default scale 1); repeat for several");
+                 "transformer, PATH or PATH:SCALE (default scale 1); repeat for several. A folder, or a Hugging "
+                 "Face model id in the local hub cache (revision main), gives its pytorch_lora_weights.safetensors "
+                 "or its one .safetensors file");
   app.add_option("--output", output,
                  "The PNG to write; with several prompts, <stem>_001.png, <stem>_002.png, ... in prompt order")
       ->required();
@@ -197,7 +199,13 @@ int run_sample(const std::vector<std::string>& args) {
   options.base_model_precision = train::parse_base_model_precision_option(base_model_precision, "sample");
   options.max_area = max_area;
   options.image_auto_resize = image_auto_resize;
-  for (const auto& text : lora_texts) options.loras.push_back(sample::parse_lora_spec(text));
+  for (const auto& text : lora_texts) {
+    sample::LoraSpec spec = sample::parse_lora_spec(text);
+    std::string from_hub;
+    spec.path = sample::lora_file_of(spec.path, "main", &from_hub);
+    if (!from_hub.empty()) std::cout << "LoRA: " << from_hub << " -> " << spec.path << "\n";
+    options.loras.push_back(spec);
+  }
 
   std::vector<sample::SampleRequest> requests;
   for (const auto& p : prompts) requests.push_back({p, negative_prompt, image, settings});

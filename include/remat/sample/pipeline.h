@@ -92,6 +92,15 @@ struct PipelineEvents {
   std::function<void(const std::string&)> on_warning;
 };
 
+/// The LoRA file `--lora PATH` means: a file as it is; a folder (or a Hugging Face model id found
+/// in the local hub cache at `revision`, remat/io/hub_cache.h) its LoRA file as diffusers'
+/// load_lora_weights guesses it: pytorch_lora_weights.safetensors, else the one top-level
+/// .safetensors file (without scheduler, optimizer or checkpoint in its name). Several candidates,
+/// or none, are a c10::ValueError naming them. `resolved_from`, when given, is set to a line
+/// naming the id, revision, commit and snapshot for a hub id (left alone otherwise).
+REMAT_API std::string lora_file_of(const std::string& path_or_id, const std::string& revision = "main",
+                                   std::string* resolved_from = nullptr);
+
 /// Checks `requests` (sizes positive and bounded, steps >= 1, ...) without loading anything; the
 /// multiple each size must be of is the family's (TextToImage::check).
 /// Throws c10::ValueError naming the request and the value.
