@@ -190,6 +190,36 @@ TEST_F(EmaTrainerTest, StepPeakGrowsByThePredictedEmaBytes) {
   }
 }
 
+// The auto planner profiles with the average allocated: on the CPU its predicted peak of the same
+// layout is the one without EMA plus the EMA bytes (the log rounds to 0.01 MiB).
+TEST_F(EmaTrainerTest, ThePlannerCountsTheAverage) {
+  const auto predicted_peak = [&](const std::string& output, std::vector<std::string> extra) {
+    std::vector<std::string> lines;
+    TrainerHooks hooks = quiet_hooks();
+    hooks.log = [&](const std::string& line) { lines.push_back(line); };
+    extra.insert(extra.end(), {"--model_type=full", "--gradient_checkpointing_interval=auto",
+                               "--gradient_checkpointing_memory_budget=1073741824", "--max_train_steps=1"});
+    run_training(config(output, extra), hooks);
+    for (const auto& line : lines) {
+      const size_t at = line.find("predicted peak ");
+      if (line.find("gradient_checkpointing_interval auto:") == std::string::npos || at == std::string::npos) continue;
+      EXPECT_NE(line.find(" MiB of "), std::string::npos) << line;
+      return std::stod(line.substr(at + 15)) * 1024 * 1024;
+    }
+    ADD_FAILURE() << "no plan line";
+    return 0.0;
+  };
+  const double without = predicted_peak("plan-plain", {}), with = predicted_peak("plan-ema", {"--use_ema=true"});
+  TransformerSpec spec;
+  spec.family = "flux";
+  spec.flavour = "flux-tiny";
+  ModelUse use;
+  use.training = true;
+  use.ema = true;
+  const int64_t ema_bytes = predict_model_memory(spec, use)->ema_bytes;
+  EXPECT_NEAR(with - without, static_cast<double>(ema_bytes), 0.01 * 1024 * 1024);
+}
+
 // SimpleTuner's configs carry ema_* at any value with use_ema false: no warning, nothing changes.
 // ema_cpu_only means ema_device cpu, as SimpleTuner's configure_args sets it.
 TEST_F(EmaTrainerTest, SettingsWithoutUseEmaAreQuietAndCpuOnlyMeansCpu) {
