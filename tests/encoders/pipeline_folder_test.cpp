@@ -418,8 +418,8 @@ TEST(PipelineFolder, MalformedModelIndex) {
   EXPECT_NE(message_for("{").find("'" + index + "' is not valid JSON"), std::string::npos);
   EXPECT_NE(message_for("[]").find("'" + index + "' must be a JSON object"), std::string::npos);
   EXPECT_NE(message_for("{\"_class_name\": \"StableDiffusionPipeline\"}")
-                .find("_class_name must be \"FluxPipeline\" (remat reads Flux pipeline folders), got "
-                      "\"StableDiffusionPipeline\""),
+                .find("_class_name must be one of FluxPipeline, FluxKontextPipeline (remat reads Flux pipeline "
+                      "folders), got \"StableDiffusionPipeline\""),
             std::string::npos);
   EXPECT_NE(message_for("{\"_class_name\": \"FluxPipeline\", \"transformer\": \"FluxTransformer2DModel\"}")
                 .find("component 'transformer' must be [library, class] (two strings) or [null, null], got "

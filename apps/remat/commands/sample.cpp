@@ -214,7 +214,7 @@ int run_sample(const std::vector<std::string>& args) {
   std::string loras;
   for (const auto& l : options.loras) loras += (loras.empty() ? "" : ", ") + l.path + ":" + number_text(l.scale);
   auto png_text = [&](const sample::SampleRequest& r) {
-    return image::PngText{
+    image::PngText text{
         {"prompt", r.prompt},
         {"negative_prompt", r.negative_prompt.value_or("")},
         {"seed", std::to_string(r.settings.seed)},
@@ -226,9 +226,10 @@ int run_sample(const std::vector<std::string>& args) {
         {"model", folder},
         {"loras", loras},
         {"base_model_precision", base_model_precision},
-        {"image", r.image.value_or("")},
         {"software", "remat"},
     };
+    if (r.image) text.insert(text.end() - 1, {"image", *r.image});  // a Kontext edit: its input picture
+    return text;
   };
 
   // A run killed while writing left its temporaries; this run writes the same files.
