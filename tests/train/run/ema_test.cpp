@@ -38,6 +38,21 @@ void perturb(ExponentialMovingAverage::NamedParameters& params, int64_t step) {
   for (auto& [name, p] : params) p.add_(torch::randn_like(p) * 0.1 * static_cast<double>(step % 3 + 1));
 }
 
+// Training steps first..last (perturb), each followed by the update of the average.
+void train(ExponentialMovingAverage& ema, ExponentialMovingAverage::NamedParameters& params, int64_t first,
+           int64_t last) {
+  for (int64_t step = first; step <= last; ++step) {
+    perturb(params, step);
+    ema.step(step);
+  }
+}
+
+EmaSettings with_decay(double decay) {
+  EmaSettings s;
+  s.decay = decay;
+  return s;
+}
+
 TEST(Ema, DecayIsSimpleTunersGetDecay) {
   for (double decay : {0.0, 0.5, 0.995, 0.9999}) {
     for (int64_t warmup : {0, 1, 4}) {
@@ -144,13 +159,8 @@ TEST(Ema, AveragesBfloat16WeightsInFloat32) {
 // The swap puts the average in the parameters and the trained values back, exactly.
 TEST(Ema, SwapShowsTheAverageAndRestoresTheWeights) {
   auto params = random_parameters();
-  EmaSettings s;
-  s.decay = 0.9;
-  ExponentialMovingAverage ema(params, s, at::Device(at::kCPU));
-  for (int64_t step = 1; step <= 5; ++step) {
-    perturb(params, step);
-    ema.step(step);
-  }
+  ExponentialMovingAverage ema(params, with_decay(0.9), at::Device(at::kCPU));
+  train(ema, params, 1, 5);
   std::vector<at::Tensor> trained;
   for (const auto& [name, p] : params) trained.push_back(p.clone());
   const auto average = ema.state(nullptr);
@@ -164,13 +174,9 @@ TEST(Ema, SwapShowsTheAverageAndRestoresTheWeights) {
 // What a checkpoint holds restores the average and the schedule exactly.
 TEST(Ema, StateRestoresTheAverageAndTheStep) {
   auto params = random_parameters();
-  EmaSettings s;
-  s.decay = 0.9;
+  const EmaSettings s = with_decay(0.9);
   ExponentialMovingAverage ema(params, s, at::Device(at::kCPU));
-  for (int64_t step = 1; step <= 7; ++step) {
-    perturb(params, step);
-    ema.step(step);
-  }
+  train(ema, params, 1, 7);
   std::map<std::string, std::string> metadata;
   std::vector<io::NamedTensor> saved;
   for (auto& [name, t] : ema.state(&metadata)) saved.emplace_back(name, t.clone());
