@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "remat/train/data/data.h"
 #include "remat/train/family/family.h"
@@ -24,6 +25,17 @@ inline remat::train::DemoDatasetOptions flux_tiny_dataset_options() {
 inline void make_flux_tiny_dataset(const std::string& dir, int64_t samples) {
   remat::train::make_demo_dataset(dir, remat::train::model_family("flux").latents, samples, 7,
                                   flux_tiny_dataset_options());
+}
+
+/// The `remat train` arguments the trainer tests start from: a rank-4 LoRA of flux-tiny on the
+/// cache in `data_dir`, float32, constant learning rate 1e-2, segments of 2 blocks, seed 3, no
+/// periodic checkpoints, resuming the latest checkpoint of `output_dir` when there is one.
+inline std::vector<std::string> flux_tiny_lora_args(const std::string& data_dir, const std::string& output_dir) {
+  return {"--model_family=flux", "--model_flavour=flux-tiny", "--model_type=lora", "--lora_rank=4",
+          "--instance_data_dir=" + data_dir, "--output_dir=" + output_dir, "--train_batch_size=2",
+          "--learning_rate=1e-2", "--lr_scheduler=constant", "--mixed_precision=no",
+          "--gradient_checkpointing_interval=2", "--seed=3", "--checkpointing_steps=0",
+          "--resume_from_checkpoint=latest"};
 }
 
 }  // namespace remat::testing

@@ -86,8 +86,9 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
   Stages stages(events);
   std::vector<SampleRequest> sized = requests;  // the latent grid follows this pipeline's autoencoder
   const int64_t f = pipeline.vae_scale_factor();
-  // FLUX.1 Kontext: the picture's size at max_area, and each input picture's, before anything loads.
-  std::vector<std::optional<image::ImageInfo>> inputs(requests.size());
+  // FLUX.1 Kontext: the picture's size at max_area, and the size each input picture is encoded at
+  // (from its header), before anything loads.
+  std::vector<std::optional<PictureSize>> inputs(requests.size());
   for (size_t i = 0; i < sized.size(); ++i) {
     auto& s = sized[i].settings;
     s.vae_scale_factor = f;
@@ -107,7 +108,10 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
       s.width = made.width;
       s.height = made.height;
     }
-    if (sized[i].image) inputs[i] = image::read_image_info(*sized[i].image);
+    if (sized[i].image) {
+      const image::ImageInfo info = image::read_image_info(*sized[i].image);
+      inputs[i] = kontext_input_size(info.width, info.height, 2 * f, options.image_auto_resize);
+    }
   }
   pipeline.check(options, sized);
   const std::vector<models::LoraFile> loras = pipeline.read_loras(options.loras);
@@ -145,13 +149,13 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
 
   // ---- 1b. Kontext: the autoencoder encodes the input pictures (FluxKontextPipeline.prepare_latents:
   //      the posterior's mode, shifted and scaled), then is freed ----
-  if (std::any_of(inputs.begin(), inputs.end(), [](const auto& info) { return info.has_value(); })) {
+  if (std::any_of(inputs.begin(), inputs.end(), [](const auto& size) { return size.has_value(); })) {
     stages.begin("loading the VAE to encode the input pictures");
     const auto vae = pipeline.load_autoencoder(models);
     stages.end("loaded the VAE");
     for (size_t i = 0; i < n; ++i) {
       if (!inputs[i]) continue;
-      const PictureSize size = kontext_input_size(inputs[i]->width, inputs[i]->height, 2 * f, options.image_auto_resize);
+      const PictureSize size = *inputs[i];
       stages.begin("encoding input picture " + std::to_string(i + 1) + " at " + std::to_string(size.width) + " x " +
                    std::to_string(size.height));
       const at::Tensor picture = image::read_image(*requests[i].image);

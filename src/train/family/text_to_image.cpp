@@ -11,7 +11,9 @@
 #include "remat/build_info.h"
 #include "remat/util/error.h"
 #include "remat/memory.h"
+#include "remat/image/image_file.h"
 #include "remat/models/lora_formats.h"
+#include "remat/sample/kontext.h"
 #include "remat/train/family/transformer.h"
 #include "string_helpers.h"
 
@@ -49,17 +51,16 @@ class FamilyTextToImage final : public FamilyPipeline {
       spec_.config_json = (fs::path(dir) / "config.json").string();
       spec_.weights = dir;
     }
+    const auto& editing = family.picture_editing_pipeline_classes;
+    edits_pictures_ = !folder_.root.empty() &&
+                      std::find(editing.begin(), editing.end(), encoders::pipeline_class(folder_.root)) != editing.end();
     scheduler_ = family.scheduler(folder_, flavour_);
     vae_scale_factor_ = family.encoders.vae_scale_factor(folder_);
     if (family.check_pipeline) family.check_pipeline(folder_, spec_);
   }
 
   int64_t vae_scale_factor() const override { return vae_scale_factor_; }
-  bool edits_pictures() const override {
-    const auto& editing = family_.picture_editing_pipeline_classes;
-    return !folder_.root.empty() &&
-           std::find(editing.begin(), editing.end(), encoders::pipeline_class(folder_.root)) != editing.end();
-  }
+  bool edits_pictures() const override { return edits_pictures_; }
 
   void check(const sample::PipelineOptions& options, const std::vector<sample::SampleRequest>& requests) const override {
     if (options.max_sequence_length < 1 || options.max_sequence_length > family_.max_sequence_length) {
@@ -137,9 +138,16 @@ class FamilyTextToImage final : public FamilyPipeline {
                           " available: lower --width/--height or --vae_tiling_above");
       }
       if (!build_info().fused_attention && heads > 0) {
-        const double tokens = static_cast<double>(s.width / tokens_per_side_divisor) *
-                                  static_cast<double>(s.height / tokens_per_side_divisor) +
-                              static_cast<double>(options.max_sequence_length);
+        double tokens = static_cast<double>(s.width / tokens_per_side_divisor) *
+                            static_cast<double>(s.height / tokens_per_side_divisor) +
+                        static_cast<double>(options.max_sequence_length);
+        if (edits_pictures_ && r.image) {  // Kontext appends the input picture's tokens
+          const auto info = image::read_image_info(*r.image);
+          const auto in = sample::kontext_input_size(info.width, info.height, tokens_per_side_divisor,
+                                                     options.image_auto_resize);
+          tokens += static_cast<double>(in.width / tokens_per_side_divisor) *
+                    static_cast<double>(in.height / tokens_per_side_divisor);
+        }
         const double scores = 2.0 * static_cast<double>(heads) * tokens * tokens * 4;
         if (scores > static_cast<double>(available)) {
           throw_value_error("[memory] denoising a " + size + " picture needs about " +
@@ -159,6 +167,7 @@ class FamilyTextToImage final : public FamilyPipeline {
   TransformerSpec spec_;
   sample::FlowMatchSchedulerConfig scheduler_;
   int64_t vae_scale_factor_ = 1;
+  bool edits_pictures_ = false;  // a FLUX.1 Kontext pipeline (ModelFamily::picture_editing_pipeline_classes)
 };
 
 }  // namespace

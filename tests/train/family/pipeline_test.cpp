@@ -481,6 +481,16 @@ TEST_F(PipelineTest, KontextEditsTheInputPicture) {
             std::string::npos)
       << warnings[0];
 
+  // An input picture too small for the latent grid is refused before any model loads.
+  const std::string tiny = *dir_ / "tiny.png";
+  image::write_png(tiny, picture.slice(0, 0, 1).slice(1, 0, 1).contiguous());
+  request_.image = tiny;
+  std::vector<std::string> stages;
+  events.on_stage = [&](const std::string& line) { stages.push_back(line); };
+  EXPECT_NE(error_of([&] { run({request_}, events); }).find("each side must be at least"), std::string::npos);
+  EXPECT_TRUE(stages.empty());
+  request_.image = input;
+
   // A text-to-image pipeline refuses an input picture before any model loads.
   options_.folder = folder();
   EXPECT_NE(error_of([&] { run_one(); }).find("needs a FLUX.1 Kontext pipeline"), std::string::npos);

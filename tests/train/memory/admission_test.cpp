@@ -42,6 +42,33 @@ TEST(Admission, PredictsWeightsGradientsAndOptimizerState) {
   EXPECT_EQ(d->optimizer_bytes, 8 * factors);
 }
 
+// use_ema where the average lives on the device: 4 bytes per trainable parameter, in the total
+// and named in the refusal.
+TEST(Admission, CountsTheEmaWeightsWhereTheyLive) {
+  ModelUse full;
+  full.training = true;
+  const auto without = predict_model_memory(flux("flux-small"), full);
+  full.ema = true;
+  const auto with = predict_model_memory(flux("flux-small"), full);
+  ASSERT_TRUE(without && with);
+  EXPECT_EQ(with->ema_bytes, 4 * with->trainable);
+  EXPECT_EQ(with->total() - without->total(), with->ema_bytes);
+  try {
+    admit_model(flux("flux-small"), full, at::Device(at::kCPU), int64_t{32} << 20);
+    FAIL();
+  } catch (const ValidationError& e) {
+    EXPECT_NE(std::string(e.what()).find(", EMA weights "), std::string::npos) << e.what();
+  }
+  TrainConfig config;
+  config.use_ema = true;
+  EXPECT_TRUE(ema_lives_on(config, at::Device(at::kCPU)));       // a CPU run: always
+  EXPECT_FALSE(ema_lives_on(config, at::Device(at::kCUDA, 0)));  // ema_device cpu
+  config.ema_device = "accelerator";
+  EXPECT_TRUE(ema_lives_on(config, at::Device(at::kCUDA, 0)));
+  config.ema_cpu_only = true;
+  EXPECT_FALSE(ema_lives_on(config, at::Device(at::kCUDA, 0)));
+}
+
 TEST(Admission, RefusesWithBothFiguresAndWhatWouldFit) {
   ModelUse lora;
   lora.training = true;

@@ -16,6 +16,7 @@
 
 #include "flux_tiny_dataset.h"
 #include "rank_processes.h"
+#include "safetensors_tensors.h"
 #include "remat/encoders/demo_pipeline.h"
 #include "remat/image/image_file.h"
 #include "remat/image/png_file.h"
@@ -105,10 +106,7 @@ class DataParallelTraining : public ::testing::Test {
   }
 
   static std::map<std::string, at::Tensor> weights(const fs::path& path) {
-    const auto file = io::SafetensorsFile::open(path.string());
-    std::map<std::string, at::Tensor> out;
-    for (const auto& name : file.names()) out[name] = file.tensor(name).clone();
-    return out;
+    return remat::testing::read_tensors(path.string());
   }
 
   // Largest |a - b| over every tensor; the key sets must match.

@@ -2,11 +2,13 @@
 // (helpers/training/ema.py: get_decay and step), its fused and per-tensor updates against each
 // other, the swap used for validation and saving, and its checkpoint state.
 #include <cmath>
+#include <iostream>
 #include <map>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/memory.h"
 #include "remat/train/options/config.h"
 #include "remat/train/run/ema.h"
 
@@ -130,6 +132,28 @@ TEST(Ema, FusedAndPerTensorUpdatesAgreeBitwise) {
   }
   const auto sa = a.state(nullptr), sb = b.state(nullptr);
   for (size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(torch::equal(sa[i].second, sb[i].second)) << sa[i].first;
+}
+
+// The update needs no tensor-sized memory when the average and the weights are float32 on one
+// device: both the fused update and the per-tensor one work in place. The tracking allocator's
+// peak rises only by the scalar wrappers of d and 1 - d (bytes), where SimpleTuner's
+// s - (1 - d)(s - p) holds a temporary of every tensor's size (16 KiB for the largest here).
+TEST(Ema, UpdatesInPlace) {
+  for (const bool foreach : {true, false}) {
+    torch::manual_seed(1);
+    ExponentialMovingAverage::NamedParameters params{{"w", torch::randn({64, 64})}, {"b", torch::randn({64})}};
+    EmaSettings s = with_decay(0.9);
+    s.foreach = foreach;
+    ExponentialMovingAverage ema(params, s, at::Device(at::kCPU));
+    train(ema, params, 1, 2);
+    perturb(params, 3);
+    const int64_t before = memory::current_bytes();
+    memory::reset_peak();
+    ASSERT_TRUE(ema.step(3));
+    const int64_t rise = memory::peak_bytes() - before;
+    EXPECT_LT(rise, 64) << (foreach ? "fused" : "per tensor");
+    std::cout << "[ figures  ] " << (foreach ? "fused" : "per-tensor") << " update: peak rise " << rise << " B\n";
+  }
 }
 
 // bfloat16 weights (adamw_bf16) are averaged in float32: updates smaller than bf16's spacing count.

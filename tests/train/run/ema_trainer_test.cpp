@@ -14,6 +14,7 @@
 #include "remat/train/run/ema.h"
 #include "remat/train/run/trainer.h"
 #include "train/quiet_hooks.h"
+#include "safetensors_tensors.h"
 #include "temp_dir.h"
 #include "flux_tiny_dataset.h"
 
@@ -29,22 +30,15 @@ class EmaTrainerTest : public ::testing::Test {
   void SetUp() override { remat::testing::make_flux_tiny_dataset((root_ / "data").string(), 16); }
 
   TrainConfig config(const std::string& output, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"--model_family=flux", "--model_flavour=flux-tiny", "--model_type=lora",
-                                  "--lora_rank=4", "--instance_data_dir=" + (root_ / "data").string(),
-                                  "--output_dir=" + (root_ / output).string(), "--train_batch_size=2",
-                                  "--learning_rate=1e-2", "--lr_scheduler=constant", "--mixed_precision=no",
-                                  "--gradient_checkpointing_interval=2", "--seed=3", "--checkpointing_steps=0",
-                                  "--resume_from_checkpoint=latest", "--max_train_steps=8"};
+    std::vector<std::string> args = remat::testing::flux_tiny_lora_args((root_ / "data").string(), (root_ / output).string());
+    args.push_back("--max_train_steps=8");
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> warnings;
     return load_train_config(args, warnings);
   }
 
   static std::map<std::string, at::Tensor> read_all(const fs::path& path) {
-    const auto file = io::SafetensorsFile::open(path.string());
-    std::map<std::string, at::Tensor> out;
-    for (const auto& name : file.names()) out[name] = file.tensor(name).clone();
-    return out;
+    return remat::testing::read_tensors(path.string());
   }
   static fs::path ema_file(const fs::path& checkpoint) {
     return checkpoint / kEmaCheckpointFolder / kEmaCheckpointFile;

@@ -15,6 +15,7 @@
 #include "remat/train/family/family.h"
 #include "remat/train/run/trainer.h"
 #include "train/quiet_hooks.h"
+#include "safetensors_tensors.h"
 #include "temp_dir.h"
 #include "flux_tiny_dataset.h"
 #include "test_paths.h"
@@ -24,6 +25,7 @@ namespace {
 namespace trainer_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
 
 using remat::testing::quiet_hooks;
+using remat::testing::read_tensors;
 namespace fs = std::filesystem;
 
 class TrainerTest : public ::testing::Test {
@@ -34,25 +36,12 @@ class TrainerTest : public ::testing::Test {
 
   // A validated config for flux-tiny on the test data.
   TrainConfig config(const std::string& output, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args{"--model_family=flux", "--model_flavour=flux-tiny",
-                                  "--model_type=lora", "--lora_rank=4",
-                                  "--instance_data_dir=" + (root_ / "data").string(),
-                                  "--output_dir=" + (root_ / output).string(),
-                                  "--train_batch_size=2", "--learning_rate=1e-2",
-                                  "--lr_scheduler=constant", "--mixed_precision=no",
-                                  "--gradient_checkpointing_interval=2", "--seed=3",
-                                  "--checkpointing_steps=0", "--resume_from_checkpoint=latest"};
+    std::vector<std::string> args = remat::testing::flux_tiny_lora_args((root_ / "data").string(), (root_ / output).string());
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<std::string> warnings;
     return load_train_config(args, warnings);
   }
 
-  static std::map<std::string, at::Tensor> read_all(const std::string& path) {
-    const auto file = io::SafetensorsFile::open(path);
-    std::map<std::string, at::Tensor> out;
-    for (const auto& name : file.names()) out[name] = file.tensor(name);
-    return out;
-  }
 
   remat::testing::TempDir dir_{"remat_trainer"};
   const fs::path& root_ = dir_.path();
@@ -81,7 +70,7 @@ TEST_F(TrainerTest, ResumeContinuesExactly) {
   EXPECT_EQ(second.records.front().step, 6);
   EXPECT_EQ(second.final_step, 10);
 
-  const auto a = read_all(once.weights_path), b = read_all(second.weights_path);
+  const auto a = read_tensors(once.weights_path), b = read_tensors(second.weights_path);
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, tensor] : a) {
     ASSERT_TRUE(b.count(name)) << name;

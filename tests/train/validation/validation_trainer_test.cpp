@@ -23,6 +23,7 @@
 #include "remat/train/run/trainer.h"
 #include "remat/train/validation/validation_images.h"
 #include "train/quiet_hooks.h"
+#include "safetensors_tensors.h"
 #include "temp_dir.h"
 #include "value_error.h"
 #include "flux_tiny_dataset.h"
@@ -34,6 +35,7 @@ namespace validation_trainer_test {  // per file: the suites compile in unity ba
 namespace fs = std::filesystem;
 using remat::testing::error_of;
 using remat::testing::quiet_hooks;
+using remat::testing::read_tensors;
 using remat::testing::TempDir;
 
 class ValidationTrainer : public ::testing::Test {
@@ -67,12 +69,6 @@ class ValidationTrainer : public ::testing::Test {
             "--validation_num_inference_steps=3", "--validation_guidance=3.5", "--validation_seed=11"};
   }
 
-  static std::map<std::string, at::Tensor> read_all(const std::string& path) {
-    const auto file = io::SafetensorsFile::open(path);
-    std::map<std::string, at::Tensor> out;
-    for (const auto& name : file.names()) out[name] = file.tensor(name).clone();
-    return out;
-  }
   static std::string bytes_of(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -126,7 +122,7 @@ TEST_F(ValidationTrainer, RendersAtTheExpectedStepsWithoutChangingTrainingAndRes
   EXPECT_EQ(steps, (std::vector<int64_t>{0, 2, 4, 6, 8, 10}));
 
   // Training is untouched: the same weights and losses as without validation.
-  const auto a = read_all(plain.weights_path), b = read_all(once.weights_path);
+  const auto a = read_tensors(plain.weights_path), b = read_tensors(once.weights_path);
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, tensor] : a) EXPECT_TRUE(torch::equal(tensor, b.at(name))) << name;
   ASSERT_EQ(plain.records.size(), once.records.size());
@@ -191,7 +187,7 @@ TEST_F(ValidationTrainer, RendersAtTheExpectedStepsWithoutChangingTrainingAndRes
   for (const auto& v : second.validations) steps.push_back(v.step);
   EXPECT_EQ(steps, (std::vector<int64_t>{6, 8, 10}));
   EXPECT_EQ(pngs_in(dir_ / "split/validation_images"), expected_files({0, 2, 4, 6, 8, 10}));
-  const auto c = read_all(second.weights_path);
+  const auto c = read_tensors(second.weights_path);
   for (const auto& [name, tensor] : a) EXPECT_TRUE(torch::equal(tensor, c.at(name))) << name;
   for (const auto& name : expected_files({0, 2, 4, 6, 8, 10})) {
     EXPECT_EQ(bytes_of(gallery_dir + "/" + name), bytes_of(dir_ / "split/validation_images/" + name)) << name;
@@ -271,11 +267,11 @@ TEST_F(ValidationTrainer, LoraFormatKohyaWritesTheSameAdapterInKohyasLayout) {
   const auto peft = run_training(config("peft", {"--max_train_steps=2", "--lora_alpha=2"}), quiet_hooks());
   const auto kohya = run_training(config("kohya", {"--max_train_steps=2", "--lora_alpha=2", "--lora_format=kohya"}),
                                   quiet_hooks());
-  const auto keys = read_all(kohya.weights_path);
+  const auto keys = read_tensors(kohya.weights_path);
   for (const auto& [name, tensor] : keys) EXPECT_EQ(name.rfind("lora_unet_", 0), 0u) << name;
   const auto file = models::read_lora_file(kohya.weights_path);
   EXPECT_EQ(file.format, models::LoraFileFormat::kohya);
-  const auto factors = read_all(peft.weights_path);
+  const auto factors = read_tensors(peft.weights_path);
   int64_t modules = 0;
   for (const auto& [key, a] : factors) {
     const std::string suffix = ".lora_A.weight";
@@ -331,7 +327,7 @@ TEST_F(ValidationTrainer, EmaComparisonRendersBothWeightsSideBySide) {
   ASSERT_NE(base, std::string::npos);
   ASSERT_NE(ema, std::string::npos);
   EXPECT_LT(base, ema);
-  const auto a = read_all(plain.weights_path), b = read_all(both.weights_path);
+  const auto a = read_tensors(plain.weights_path), b = read_tensors(both.weights_path);
   for (const auto& [name, tensor] : a) EXPECT_TRUE(torch::equal(tensor, b.at(name))) << name;
 
   auto only = flags;
