@@ -35,6 +35,7 @@ struct ImageJob {
   const ImageRecord* record = nullptr;
   std::string entry;
   Metadata metadata;
+  std::string seed_key;  // what seeds the posterior sample (latent_sample_seed)
 };
 
 struct TextJob {
@@ -79,7 +80,8 @@ void admit_vae_encoding(const encoders::FamilyEncoders& family, const encoders::
 }
 
 // Decodes, resizes and crops one image as its TrainingCrop says, and encodes it.
-at::Tensor encode_record(encoders::ImageAutoencoder& vae, const ImageRecord& record, uint64_t seed) {
+at::Tensor encode_record(encoders::ImageAutoencoder& vae, const ImageRecord& record, uint64_t seed,
+                         const std::string& seed_key) {
   at::Tensor picture = image::read_image(record.path);
   if (picture.size(1) != record.width || picture.size(0) != record.height) {
     throw_value_error("[cache] '" + record.path + "' is " + std::to_string(picture.size(1)) + "x" +
@@ -92,7 +94,7 @@ at::Tensor encode_record(encoders::ImageAutoencoder& vae, const ImageRecord& rec
   }
   picture = image::crop_picture(picture, c.crop_left, c.crop_top, c.width, c.height);
   at::Generator generator =
-      at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(seed, record.relative_path));
+      at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(seed, seed_key));
   return vae.encode_image(image::picture_to_vae_input(picture), generator).contiguous();
 }
 
@@ -147,6 +149,10 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   // Every cache folder is made (or found unusable) before any encoder loads.
   for (const auto& dataset : datasets) {
     util::make_directories(dataset.config.cache_dir_vae, "cache", "dataset '" + dataset.config.id + "': cache_dir_vae");
+    if (dataset.references) {
+      const auto& c = dataset.references->config;
+      util::make_directories(c.cache_dir_vae, "cache", "conditioning dataset '" + c.id + "': cache_dir_vae");
+    }
   }
   for (const auto& t : backends.text_embeds) {
     util::make_directories(t.cache_dir, "cache", "text_embeds backend '" + t.id + "': cache_dir");
@@ -155,23 +161,33 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   CacheReport report;
   // ---- VAE latents ----
   std::vector<ImageJob> image_jobs;
-  std::vector<std::vector<std::string>> latents_paths(datasets.size());
-  for (size_t d = 0; d < datasets.size(); ++d) {
-    const auto& dataset = datasets[d];
+  // Per dataset, per image: the entry of its latents, and of its Kontext reference's.
+  std::vector<std::vector<std::string>> latents_paths(datasets.size()), reference_paths(datasets.size());
+  const auto want_latents = [&](const ImageDatasetConfig& config, const std::vector<ImageRecord>& records,
+                                const std::string& seed_prefix, std::vector<std::string>& paths) {
     if (const auto removed =
-            remove_interrupted_writes ? detail::remove_interrupted_writes(dataset.config.cache_dir_vae) : 0) {
+            remove_interrupted_writes ? detail::remove_interrupted_writes(config.cache_dir_vae) : 0) {
       log("[cache] removed " + std::to_string(removed) + " partial file(s) an interrupted run left in " +
-          dataset.config.cache_dir_vae);
+          config.cache_dir_vae);
     }
-    for (const auto& record : dataset.images) {
-      ImageJob job{&record, detail::image_entry_path(dataset.config.cache_dir_vae, record),
-                   detail::image_entry_metadata(record, vae_identity)};
-      latents_paths[d].push_back(job.entry);
+    for (const auto& record : records) {
+      ImageJob job{&record, detail::image_entry_path(config.cache_dir_vae, record),
+                   detail::image_entry_metadata(record, vae_identity), seed_prefix + record.relative_path};
+      paths.push_back(job.entry);
       if (detail::entry_is_current(job.entry, job.metadata, {"latents"})) {
         ++report.images_reused;
-      } else if (in_share(dataset.config.id + '\0' + record.relative_path, share)) {
+      } else if (in_share(config.id + '\0' + record.relative_path, share)) {
         image_jobs.push_back(std::move(job));
       }
+    }
+  };
+  for (size_t d = 0; d < datasets.size(); ++d) {
+    const auto& dataset = datasets[d];
+    want_latents(dataset.config, dataset.images, "", latents_paths[d]);
+    // A reference shares its edit's relative path; its own posterior noise comes from another key.
+    if (dataset.references) {
+      want_latents(dataset.references->config, dataset.references->images, std::string("reference") + '\0',
+                   reference_paths[d]);
     }
   }
   std::set<std::string> failed;
@@ -185,7 +201,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
     for (const auto& job : image_jobs) {
       at::Tensor latents;
       try {
-        latents = encode_record(*vae, *job.record, options.seed);
+        latents = encode_record(*vae, *job.record, options.seed, job.seed_key);
       } catch (const c10::Error& e) {
         // Out of memory is the run's problem, not the picture's: stop, naming the size and the way out.
         if (const auto bytes = memory::failed_allocation_bytes(e)) {
@@ -253,8 +269,10 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
                                  : backends.text_embeds_of(dataset.config.text_embeds).cache_dir;
     for (size_t i = 0; i < dataset.images.size(); ++i) {
       if (failed.count(latents_paths[d][i])) continue;
+      const std::string reference = dataset.references ? reference_paths[d][i] : std::string();
+      if (!reference.empty() && failed.count(reference)) continue;  // a pair trains whole or not at all
       const std::string text = want_caption(dir, dataset.images[i].caption);
-      report.samples[d].push_back({latents_paths[d][i], text, dataset.config.id});
+      report.samples[d].push_back({latents_paths[d][i], text, dataset.config.id, reference});
     }
   }
   if (!text_jobs.empty()) {

@@ -35,7 +35,18 @@ const std::set<std::string>& image_keys() {
       "instance_prompt", "prepend_instance_prompt", "only_instance_prompt", "resolution",
       "resolution_type", "minimum_image_size", "maximum_image_size", "target_downsample_size", "crop",
       "crop_style", "crop_aspect", "crop_aspect_buckets", "repeats", "probability", "cache_dir_vae",
-      "text_embeds", "text_embed_cache"};
+      "text_embeds", "text_embed_cache", "conditioning_data"};
+  return keys;
+}
+
+// A conditioning backend reads the image keys that shape its pictures, plus its own.
+const std::set<std::string>& conditioning_keys() {
+  static const std::set<std::string> keys = [] {
+    std::set<std::string> k = image_keys();
+    k.erase("conditioning_data");
+    k.insert({"conditioning_type", "source_dataset_id"});
+    return k;
+  }();
   return keys;
 }
 
@@ -224,6 +235,35 @@ std::vector<double> read_aspect_buckets(const BackendReader& r) {
   return out;
 }
 
+// conditioning_data: one id or a list of ids (SimpleTuner), each a non-empty string.
+std::vector<std::string> read_conditioning_data(const BackendReader& r) {
+  std::vector<std::string> out;
+  if (!r.has("conditioning_data") || r.at("conditioning_data").is_null()) return out;
+  const Json& value = r.at("conditioning_data");
+  const auto bad = [&] {
+    r.fail("conditioning_data", value, "must be the id of a conditioning dataset, or a list of ids");
+  };
+  if (value.is_string()) {
+    out.push_back(value.get<std::string>());
+  } else if (value.is_array()) {
+    for (const Json& item : value) {
+      if (!item.is_string()) bad();
+      out.push_back(item.get<std::string>());
+    }
+  } else {
+    bad();
+  }
+  for (const auto& id : out) {
+    if (id.empty()) bad();
+  }
+  if (out.size() > 1) {
+    r.fail("conditioning_data", value,
+           "remat pairs an image dataset with one conditioning dataset (SimpleTuner's "
+           "conditioning_multidataset_sampling between several is not implemented); give one id");
+  }
+  return out;
+}
+
 ImageDatasetConfig read_image_backend(const BackendReader& r, const std::string& id, const DataDefaults& d) {
   ImageDatasetConfig c;
   c.id = id;
@@ -285,11 +325,105 @@ ImageDatasetConfig read_image_backend(const BackendReader& r, const std::string&
   c.cache_dir_vae = r.string("cache_dir_vae").value_or("");
   if (c.cache_dir_vae.empty()) c.cache_dir_vae = d.cache_dir + "/vae/" + d.family_folder() + "/" + id;
   c.text_embeds = r.string("text_embeds").value_or(r.string("text_embed_cache").value_or(""));
+  c.conditioning_data = read_conditioning_data(r);
   check_image_values(r, c);
   return c;
 }
 
+// SimpleTuner's conditioning backend (factory.py configure_data_backend: a backend with
+// dataset_type conditioning or any conditioning_type is one). remat trains Kontext's references.
+ImageDatasetConfig read_conditioning_backend(const BackendReader& r, const std::string& id, const DataDefaults& d) {
+  if (r.has("caption_strategy") && !r.at("caption_strategy").is_null()) {
+    r.fail("caption_strategy", r.at("caption_strategy"),
+           "reference pictures train with their edit picture's caption in remat (SimpleTuner would use the "
+           "reference's captions instead, which remat does not implement); set it to null or remove it");
+  }
+  ImageDatasetConfig c = read_image_backend(r, id, d);
+  // Captions of references are never read; the filename strategy needs no caption file.
+  c.caption_strategy = CaptionStrategy::filename;
+  if (!c.conditioning_data.empty()) {
+    r.fail("conditioning_data", r.at("conditioning_data"), "belongs on the image dataset, not on a conditioning one");
+  }
+  const std::map<std::string, std::string> other_kinds = {
+      {"controlnet", "ControlNet conditioning"}, {"mask", "masked-loss training"},
+      {"segmentation", "segmentation masks"}};
+  c.conditioning_type = r.choice("conditioning_type", {kReferenceStrict, kReferenceLoose}, other_kinds);
+  if (!c.conditioning_type) {
+    r.fail("conditioning_type", nullptr,
+           "a conditioning dataset needs conditioning_type reference_strict (cropped exactly as its edit picture) "
+           "or reference_loose (bucketed on its own); SimpleTuner's controlnet and mask kinds are not supported");
+  }
+  return c;
+}
+
+// Pairs image datasets with their conditioning datasets: conditioning_data on the image side, or
+// source_dataset_id on the conditioning side (SimpleTuner accepts either), checked both ways.
+void link_conditioning(const std::string& path, DataBackendConfig& out,
+                       const std::vector<std::pair<std::string, std::string>>& sources) {
+  const auto fail = [&](const std::string& id, const std::string& what) {
+    throw_value_error("[data] " + path + ": backend '" + id + "': " + what);
+  };
+  std::vector<std::string> conditioning_ids;
+  for (const auto& c : out.conditioning) conditioning_ids.push_back(c.id);
+  const auto list = [&] { return conditioning_ids.empty() ? std::string("none") : join(conditioning_ids); };
+  const auto find_image = [&](const std::string& id) -> ImageDatasetConfig* {
+    for (auto& image : out.images) {
+      if (image.id == id) return &image;
+    }
+    return nullptr;
+  };
+  for (const auto& [conditioning, source] : sources) {
+    ImageDatasetConfig* image = find_image(source);
+    if (!image) {
+      std::vector<std::string> ids;
+      for (const auto& i : out.images) ids.push_back(i.id);
+      fail(conditioning, "source_dataset_id = \"" + source + "\" names no enabled image dataset; image datasets: " +
+                             (ids.empty() ? std::string("none") : join(ids)));
+    }
+    if (image->conditioning_data.empty()) image->conditioning_data.push_back(conditioning);
+    if (image->conditioning_data.front() != conditioning) {
+      fail(image->id, "is paired with conditioning dataset '" + image->conditioning_data.front() +
+                          "' and, through its source_dataset_id, with '" + conditioning +
+                          "'; remat pairs an image dataset with one");
+    }
+  }
+  std::map<std::string, std::vector<std::string>> users;  // conditioning id -> image ids
+  for (const auto& image : out.images) {
+    for (const auto& id : image.conditioning_data) {
+      if (std::find(conditioning_ids.begin(), conditioning_ids.end(), id) == conditioning_ids.end()) {
+        const bool is_image = find_image(id) != nullptr;
+        fail(image.id, "conditioning_data names '" + id + "', which is " +
+                           (is_image ? "an image dataset: a reference dataset needs conditioning_type "
+                                       "reference_strict or reference_loose"
+                                     : "no enabled conditioning dataset") +
+                           "; conditioning datasets: " + list());
+      }
+      users[id].push_back(image.id);
+    }
+  }
+  for (const auto& c : out.conditioning) {
+    const auto& linked = users[c.id];
+    if (linked.empty()) {
+      out.warnings.push_back("[data] " + path + ": conditioning dataset '" + c.id +
+                             "' is named by no image dataset's conditioning_data (nor has a source_dataset_id); "
+                             "it is not used");
+    } else if (linked.size() > 1 && c.conditioning_type == kReferenceStrict) {
+      fail(c.id, "is reference_strict and paired with image datasets " + join(linked) +
+                     "; strict references are cropped as their one edit dataset's pictures, so each needs its own "
+                     "(or make it reference_loose)");
+    }
+  }
+}
+
 }  // namespace
+
+const ImageDatasetConfig* DataBackendConfig::conditioning_of(const ImageDatasetConfig& image) const {
+  if (image.conditioning_data.empty()) return nullptr;
+  for (const auto& c : conditioning) {
+    if (c.id == image.conditioning_data.front()) return &c;
+  }
+  return nullptr;
+}
 
 const TextEmbedsConfig& DataBackendConfig::text_embeds_of(const std::string& id) const {
   for (const auto& t : text_embeds) {
@@ -311,6 +445,7 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
   DataBackendConfig out;
   std::set<std::string> seen_ids;
   std::vector<std::string> unimplemented;  // "backend 'id': key, key"
+  std::vector<std::pair<std::string, std::string>> sources;  // conditioning id -> its source_dataset_id
   size_t position = 0;
   for (const Json& backend : doc) {
     ++position;
@@ -334,9 +469,14 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
              "remat reads local folders only (SimpleTuner's aws, csv, huggingface, memory and webshart "
              "backends are not supported); supported: local");
     }
-    const std::string dataset_type = r.string("dataset_type").value_or("image");
+    std::string dataset_type = r.string("dataset_type").value_or("image");
+    if (r.has("conditioning_type") && !r.at("conditioning_type").is_null()) dataset_type = "conditioning";
     const std::set<std::string>* known = nullptr;
-    if (dataset_type == "image") {
+    if (dataset_type == "conditioning") {
+      out.conditioning.push_back(read_conditioning_backend(r, id, defaults));
+      if (const auto source = r.string("source_dataset_id")) sources.emplace_back(id, *source);
+      known = &conditioning_keys();
+    } else if (dataset_type == "image") {
       out.images.push_back(read_image_backend(r, id, defaults));
       known = &image_keys();
     } else if (dataset_type == "text_embeds") {
@@ -349,8 +489,8 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
       known = &text_embeds_keys();
     } else {
       r.fail("dataset_type", dataset_type,
-             "is not supported by remat (SimpleTuner's video, audio, conditioning, eval, caption, "
-             "image_embeds and conditioning_image_embeds datasets are not); supported: image, text_embeds");
+             "is not supported by remat (SimpleTuner's video, audio, eval, caption, image_embeds and "
+             "conditioning_image_embeds datasets are not); supported: image, text_embeds, conditioning");
     }
     std::vector<std::string> ignored;
     for (const auto& item : backend.items()) {
@@ -369,6 +509,8 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
   if (!any_drawn) {
     throw_value_error("[data] " + path + ": every enabled image backend has probability 0; no batch could be drawn");
   }
+
+  link_conditioning(path, out, sources);
 
   // SimpleTuner's text_embeds rules: none declared -> a default one is made; one default at most;
   // without a marked default, the first one is the default.
@@ -409,6 +551,15 @@ DataBackendConfig read_data_backend_config(const std::string& path, const DataDe
       throw_value_error("[data] " + path + ": backend '" + image.id + "': cache_dir_vae = \"" + image.cache_dir_vae +
                         "\" is also the VAE cache of backend '" + it->second + "' (both are '" + folder +
                         "'); each dataset needs its own");
+    }
+  }
+  for (const auto& reference : out.conditioning) {
+    const std::string folder = util::canonical_folder(reference.cache_dir_vae);
+    const auto [it, inserted] = vae_dirs.emplace(folder, reference.id);
+    if (!inserted) {
+      throw_value_error("[data] " + path + ": backend '" + reference.id + "': cache_dir_vae = \"" +
+                        reference.cache_dir_vae + "\" is also the VAE cache of backend '" + it->second + "' (both are '" +
+                        folder + "'); each dataset needs its own");
     }
   }
   for (const auto& t : out.text_embeds) {

@@ -366,6 +366,12 @@ at::Tensor flux_image_ids(int64_t packed_height, int64_t packed_width) {
   return ids.reshape({packed_height * packed_width, 3});
 }
 
+at::Tensor flux_reference_ids(int64_t packed_height, int64_t packed_width) {
+  at::Tensor ids = flux_image_ids(packed_height, packed_width);
+  ids.select(1, 0).fill_(1);
+  return ids;
+}
+
 at::Tensor flux_text_ids(int64_t num_tokens) {
   TORCH_CHECK_VALUE(num_tokens >= 0, "[flux_text_ids] num_tokens must be >= 0, got ", num_tokens);
   return torch::zeros({num_tokens, 3});

@@ -112,8 +112,7 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
   at::Tensor reference_tokens;
   if (reference.defined()) {
     reference_tokens = models::flux_pack_latents(reference.unsqueeze(0).to(latent_dtype)).to(model_weight.device());
-    at::Tensor reference_ids = models::flux_image_ids(reference.size(1) / 2, reference.size(2) / 2);
-    reference_ids.select(1, 0).fill_(1);
+    const at::Tensor reference_ids = models::flux_reference_ids(reference.size(1) / 2, reference.size(2) / 2);
     img_ids = at::cat({img_ids, reference_ids.to(model)}, 0);
   }
 

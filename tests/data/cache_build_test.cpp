@@ -241,6 +241,48 @@ TEST_F(CacheBuild, CachedTensorsAreTheEncodersOutputsOnTheSameCrop) {
                         empty.prompt_embeds));
 }
 
+// FLUX.1 Kontext: a reference picture's latents are cached like the edit's, in its conditioning
+// dataset's folder, under its relative path, encoded from its own crop with its own posterior
+// noise ("reference\0<path>"); the next run reuses both.
+TEST_F(CacheBuild, ReferencePicturesAreCachedInTheirOwnFolder) {
+  const auto edit = add_image("pair.png", "make it green", 3);
+  ImageRecord reference = add_image("refs/pair.png", "", 9);
+  reference.relative_path = "pair.png";  // pairs share their relative path
+  reference.crop = TrainingCrop{48, 32, 16, 8, 16, 16};  // not resized; its own box
+  ScannedDataset d;
+  d.config.id = "edits";
+  d.config.instance_data_dir = images_.str();
+  d.config.cache_dir_vae = caches_ / "vae";
+  d.config.text_embeds = "text";
+  d.images = {edit};
+  ImageDatasetConfig references;
+  references.id = "refs";
+  references.cache_dir_vae = caches_ / "refs";
+  d.references = ReferenceSet{references, {reference}};
+  DataBackendConfig backends;
+  backends.text_embeds.push_back({"text", caches_ / "text", true});
+  const auto report = build_caches({d}, backends, options());
+  EXPECT_EQ(report.images_encoded, 2);
+  ASSERT_EQ(report.samples[0].size(), 1u);
+  const CachedSample& sample = report.samples[0][0];
+  EXPECT_EQ(sample.conditioning_latents_path, (fs::path(caches_ / "refs") / "pair.png.safetensors").string());
+
+  encoders::FluxEncodersOptions eo;
+  eo.dtype = at::kFloat;
+  eo.max_sequence_length = 16;
+  const auto folder = encoders::PipelineFolder::open(pipeline_->str(), encoders::flux_encoder_components(eo));
+  auto flux = encoders::FluxEncoders::load(folder, eo);
+  const auto crop = image::read_image(reference.path).slice(0, 8, 24).slice(1, 16, 32).contiguous();
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(latent_sample_seed(42, std::string("reference") + '\0' + "pair.png"));
+  const auto expected = flux.encode_image(image::picture_to_vae_input(crop), generator);
+  EXPECT_TRUE(at::equal(io::SafetensorsFile::open(sample.conditioning_latents_path).tensor("latents"), expected));
+
+  const auto again = build_caches({d}, backends, options());
+  EXPECT_EQ(again.images_encoded, 0);
+  EXPECT_EQ(again.images_reused, 2);
+  EXPECT_EQ(again.samples[0][0].conditioning_latents_path, sample.conditioning_latents_path);
+}
+
 // Several processes: each encodes a disjoint share, together everything once, and what they
 // wrote is what one process writes (each latent's noise is keyed by its path, not by the order).
 TEST_F(CacheBuild, SharesAreDisjointAndTogetherEqualOneProcess) {

@@ -273,7 +273,77 @@ TEST_F(DatasetConfig, EveryBadValueNamesBackendKeyValueAndWhatIsSupported) {
       {"'ds'", "minimum_image_size", "512", "5 megapixels"});
   bad(R"("resolution_type": "area", "resolution": 1.0, "maximum_image_size": 40, "target_downsample_size": 2)",
       {"'ds'", "maximum_image_size", "40", "20 megapixels"});
-  bad(R"("dataset_type": "video")", {"'ds'", "dataset_type", "\"video\"", "supported: image, text_embeds"});
+  bad(R"("dataset_type": "video")", {"'ds'", "dataset_type", "\"video\"", "supported: image, text_embeds, conditioning"});
+}
+
+// FLUX.1 Kontext's pairs as SimpleTuner's FLUX_KONTEXT.md configures them: the edit dataset names
+// its reference dataset in conditioning_data (a string or a one-id list); a backend with a
+// conditioning_type is a conditioning dataset whatever its dataset_type says (factory.py), and
+// source_dataset_id links from the other side.
+TEST_F(DatasetConfig, ConditioningDatasetsPairWithTheirImageDatasets) {
+  const auto c = read(R"([
+    {"id": "edits", "instance_data_dir": "/e", "conditioning_data": ["refs"], "caption_strategy": "textfile"},
+    {"id": "refs", "instance_data_dir": "/r", "conditioning_type": "reference_strict", "caption_strategy": null,
+     "resolution": 512, "resolution_type": "pixel"},
+    {"id": "loose", "dataset_type": "conditioning", "instance_data_dir": "/l", "conditioning_type": "reference_loose",
+     "source_dataset_id": "more"},
+    {"id": "more", "instance_data_dir": "/m"}
+  ])");
+  ASSERT_EQ(c.images.size(), 2u);
+  ASSERT_EQ(c.conditioning.size(), 2u);
+  EXPECT_EQ(c.images[0].conditioning_data, std::vector<std::string>{"refs"});
+  EXPECT_EQ(c.images[1].conditioning_data, std::vector<std::string>{"loose"});  // through source_dataset_id
+  EXPECT_EQ(c.conditioning[0].conditioning_type, std::optional<std::string>(kReferenceStrict));
+  EXPECT_EQ(c.conditioning[0].resolution, 512);
+  EXPECT_EQ(c.conditioning[0].cache_dir_vae, "cache/vae/flux/refs");  // its own latents folder
+  EXPECT_EQ(c.conditioning_of(c.images[0])->id, "refs");
+  EXPECT_EQ(c.conditioning_of(c.images[1])->id, "loose");
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  EXPECT_EQ(read(R"([{"id": "e", "instance_data_dir": "/e", "conditioning_data": "r"},
+                     {"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_loose"}])")
+                .images[0].conditioning_data,
+            std::vector<std::string>{"r"});
+  // A reference set no image dataset names is said to be unused.
+  const auto unused = read(R"([{"id": "e", "instance_data_dir": "/e"},
+                               {"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_loose"}])");
+  ASSERT_EQ(unused.warnings.size(), 1u);
+  expect_mentions(unused.warnings[0], {"'r'", "not used"});
+}
+
+TEST_F(DatasetConfig, ConditioningErrorsNameTheBackendAndWhatRematTrains) {
+  const std::string edit = R"({"id": "e", "instance_data_dir": "/e", "conditioning_data": ["r"]}, )";
+  const auto bad = [&](const std::string& reference, std::initializer_list<const char*> fragments) {
+    expect_mentions(error("[" + edit + reference + "]"), fragments);
+  };
+  bad(R"({"id": "r", "instance_data_dir": "/r", "conditioning_type": "controlnet"})",
+      {"'r'", "conditioning_type", "\"controlnet\"", "ControlNet", "reference_strict, reference_loose"});
+  bad(R"({"id": "r", "instance_data_dir": "/r", "conditioning_type": "mask"})", {"'r'", "mask", "not supported"});
+  bad(R"({"id": "r", "instance_data_dir": "/r", "dataset_type": "conditioning"})",
+      {"'r'", "conditioning_type", "reference_strict", "reference_loose"});
+  bad(R"({"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_strict", "caption_strategy": "textfile"})",
+      {"'r'", "caption_strategy", "edit picture's caption"});
+  bad(R"({"id": "x", "instance_data_dir": "/r", "conditioning_type": "reference_strict"})",
+      {"'e'", "conditioning_data", "'r'", "no enabled conditioning dataset", "x"});
+  bad(R"({"id": "r", "instance_data_dir": "/r"})", {"'e'", "'r'", "an image dataset", "conditioning_type"});
+  bad(R"({"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_strict", "cache_dir_vae": "/v"},
+         {"id": "f", "instance_data_dir": "/f", "cache_dir_vae": "/v"})",
+      {"cache_dir_vae", "\"/v\""});
+  expect_mentions(error(R"([{"id": "e", "instance_data_dir": "/e", "conditioning_data": ["r", "s"]},
+                            {"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_loose"},
+                            {"id": "s", "instance_data_dir": "/s", "conditioning_type": "reference_loose"}])"),
+                  {"'e'", "conditioning_data", "one conditioning dataset", "conditioning_multidataset_sampling"});
+  expect_mentions(error(R"([{"id": "e", "instance_data_dir": "/e", "conditioning_data": 3},
+                            {"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_loose"}])"),
+                  {"'e'", "conditioning_data", "3", "id of a conditioning dataset"});
+  // A strict reference takes the crops of one edit dataset.
+  expect_mentions(error(R"([{"id": "e", "instance_data_dir": "/e", "conditioning_data": "r"},
+                            {"id": "f", "instance_data_dir": "/f", "conditioning_data": "r"},
+                            {"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_strict"}])"),
+                  {"'r'", "reference_strict", "e, f", "reference_loose"});
+  expect_mentions(error(R"([{"id": "e", "instance_data_dir": "/e"},
+                            {"id": "r", "instance_data_dir": "/r", "conditioning_type": "reference_loose",
+                             "source_dataset_id": "nope"}])"),
+                  {"'r'", "source_dataset_id", "nope", "e"});
 }
 
 TEST_F(DatasetConfig, StructuralErrors) {

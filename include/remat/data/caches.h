@@ -70,6 +70,9 @@ struct CachedSample {
   std::string latents_path;
   std::string text_path;
   std::string dataset_id;
+  /// FLUX.1 Kontext: the latents of its reference picture (ScannedDataset::references), in the
+  /// conditioning dataset's cache_dir_vae; empty without one.
+  std::string conditioning_latents_path;
 };
 
 struct CacheReport {
@@ -89,7 +92,9 @@ struct CacheReport {
 /// cached latents of an image are the same on every machine and every rerun.
 REMAT_API uint64_t latent_sample_seed(uint64_t seed, const std::string& relative_path);
 
-/// Brings every cache up to date for `datasets` (scanned) and returns where every sample lives.
+/// Brings every cache up to date for `datasets` (scanned; with their reference pictures, whose
+/// latents are cached like the others, their posterior noise seeded from "reference\0<path>")
+/// and returns where every sample lives; a pair whose edit or reference fails to encode is left out.
 /// The global CPU generator is left as it was (loading an encoder draws from it), so what runs
 /// next does not depend on whether the caches were already up to date.
 /// A dataset's captions go to the cache_dir of its text_embeds backend in `backends`; the empty

@@ -71,7 +71,19 @@ struct ImageDatasetConfig {
   double caption_dropout_probability = 0;
   /// The text_embeds backend whose cache holds this dataset's captions (its id).
   std::string text_embeds;
+  /// FLUX.1 Kontext pairs (SimpleTuner's `conditioning_data`, a string or a list of ids): the
+  /// conditioning dataset holding this dataset's reference pictures. remat pairs an image dataset
+  /// with one conditioning dataset; empty when the dataset has none.
+  std::vector<std::string> conditioning_data;
+  /// Set on conditioning datasets only (SimpleTuner's `conditioning_type`): how a reference is
+  /// cropped. reference_strict: exactly as its edit picture (the edit's resize
+  /// and crop box); reference_loose: bucketed and cropped on its own, by its dataset's settings.
+  std::optional<std::string> conditioning_type;
 };
+
+/// The values of `conditioning_type` remat trains (FLUX.1 Kontext's references).
+inline constexpr const char* kReferenceStrict = "reference_strict";
+inline constexpr const char* kReferenceLoose = "reference_loose";
 
 /// One `"dataset_type": "text_embeds"` backend.
 struct TextEmbedsConfig {
@@ -84,10 +96,16 @@ struct TextEmbedsConfig {
 /// that lists the keys remat does not implement (empty when there are none).
 struct DataBackendConfig {
   std::vector<ImageDatasetConfig> images;
+  /// `"dataset_type": "conditioning"` backends (or any with a conditioning_type, as SimpleTuner
+  /// reads them): reference pictures, paired with the images of the datasets that name them in
+  /// conditioning_data (or that their `source_dataset_id` names) by relative path.
+  std::vector<ImageDatasetConfig> conditioning;
   std::vector<TextEmbedsConfig> text_embeds;
   std::vector<std::string> warnings;
   /// The text_embeds backend `id` (throws c10::ValueError naming it when absent).
   const TextEmbedsConfig& text_embeds_of(const std::string& id) const;
+  /// The conditioning dataset `image` is paired with, or nullptr when it has none.
+  const ImageDatasetConfig* conditioning_of(const ImageDatasetConfig& image) const;
 };
 
 /// The global options that act as defaults for every backend, and where caches go by default
@@ -117,7 +135,10 @@ struct DataDefaults {
 /// the value and what is supported for: unsupported backend types (aws, huggingface, csv, ...),
 /// unsupported dataset_type values, bad values, duplicate ids, no enabled image backend, a
 /// text_embeds reference to a missing id, no default text_embeds backend when one is needed
-/// (SimpleTuner's rules). Relative paths are taken as they are (relative to the working directory,
+/// (SimpleTuner's rules); for conditioning datasets: a conditioning_type other than
+/// reference_strict / reference_loose, a caption_strategy (references train with their edit's
+/// caption), conditioning_data naming no conditioning dataset or more than one, a
+/// reference_strict dataset paired with two image datasets (its crops would differ). Relative paths are taken as they are (relative to the working directory,
 /// as SimpleTuner does).
 REMAT_API DataBackendConfig read_data_backend_config(const std::string& path, const DataDefaults& defaults);
 

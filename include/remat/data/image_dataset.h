@@ -60,12 +60,22 @@ struct ScanProblem {
   std::string reason;  ///< "unreadable image: ...", "below minimum_image_size: ...", ...
 };
 
+/// FLUX.1 Kontext's reference pictures of a scanned dataset: its conditioning dataset, and for
+/// every image of the dataset, in the same order, the picture at the same relative path in the
+/// conditioning dataset's folder, with the crop its conditioning_type gives it.
+struct ReferenceSet {
+  ImageDatasetConfig config;        ///< the conditioning dataset
+  std::vector<ImageRecord> images;  ///< images[i] is the reference of the dataset's images[i]
+};
+
 /// One scanned image backend.
 struct ScannedDataset {
   ImageDatasetConfig config;
   std::vector<ImageRecord> images;   ///< sorted by relative_path
   std::vector<ScanProblem> skipped;  ///< images left out (too small, corrupt, no caption)
   std::vector<ScanProblem> warnings; ///< kept images with a remark; caption files without an image
+  /// Set when the dataset is paired with a conditioning dataset (pair_references).
+  std::optional<ReferenceSet> references;
   /// Images per bucket (width, height), for the start-of-run report.
   std::map<std::pair<int64_t, int64_t>, int64_t> bucket_counts() const;
 };
@@ -75,6 +85,16 @@ struct ScannedDataset {
 /// directory; a dataset with no usable image is returned empty (the caller decides).
 REMAT_API ScannedDataset scan_image_dataset(const ImageDatasetConfig& config, uint64_t seed,
                                             int64_t pixel_multiple);
+
+/// Pairs every image of `edits` with its reference picture in `conditioning` (a conditioning
+/// dataset, scanned here), as SimpleTuner pairs Kontext datasets: the same relative path, name and
+/// extension. reference_strict: the reference is resized to the edit's resized size and cut by the
+/// edit's crop box (SimpleTuner duplicates the edit's crop metadata); reference_loose: it is
+/// bucketed and cropped on its own by `conditioning`'s settings. An edit picture without a usable
+/// reference moves to edits.skipped with the reason (no picture at the path, or why it is
+/// unusable); references no edit uses are counted in edits.warnings. Sets edits.references.
+REMAT_API void pair_references(ScannedDataset& edits, const ImageDatasetConfig& conditioning, uint64_t seed,
+                               int64_t pixel_multiple);
 
 /// The caption of `image_path` under `config`'s caption_strategy, instance_prompt,
 /// prepend_instance_prompt and only_instance_prompt, or std::nullopt with `problem` set when it has

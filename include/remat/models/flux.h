@@ -136,6 +136,11 @@ REMAT_API at::Tensor flux_unpack_latents(const at::Tensor& packed, int64_t heigh
 /// img_ids for a packed grid of packed_height x packed_width tokens (latent size / 2): row-major
 /// (0, r, c), float32 (packed_height * packed_width, 3).
 REMAT_API at::Tensor flux_image_ids(int64_t packed_height, int64_t packed_width);
+/// FLUX.1 Kontext's ids of one reference picture's packed grid, appended after the img_ids:
+/// (1, r, c), float32 (packed_height * packed_width, 3). For one reference this is what
+/// diffusers' FluxKontextPipeline.prepare_latents (image_ids[..., 0] = 1) and SimpleTuner's
+/// build_kontext_inputs (simpletuner/helpers/models/flux/__init__.py, offsets 0) both make.
+REMAT_API at::Tensor flux_reference_ids(int64_t packed_height, int64_t packed_width);
 /// txt_ids: zeros, float32 (num_tokens, 3).
 REMAT_API at::Tensor flux_text_ids(int64_t num_tokens);
 

@@ -2,9 +2,11 @@
 // printed, the encoders' folder checked, the caching phase run and its report described.
 #include "remat/train/data/image_data.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
+#include "string_helpers.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/memory.h"
@@ -29,6 +31,38 @@ std::string rate(int64_t count, double seconds, const char* unit) {
   char out[64];
   std::snprintf(out, sizeof(out), " (%.2f %s/s)", static_cast<double>(count) / seconds, unit);
   return out;
+}
+// A flavour that trains on pairs (Kontext) needs a conditioning dataset for every image dataset,
+// as SimpleTuner's requires_conditioning_dataset; any other flavour would ignore the references.
+void check_pairs_fit_flavour(const TrainConfig& config, const std::string& option, const std::string& value,
+                             const data::DataBackendConfig& backends) {
+  const FlavourSpec* flavour = model_family(config.model_family).flavour(config.model_flavour);
+  const bool pairs = flavour && flavour->trains_on_pairs;
+  for (const auto& image : backends.images) {
+    if (pairs && image.conditioning_data.empty()) {
+      throw ValidationError(option, value,
+                            "[train] model_flavour " + config.model_flavour + " trains on picture pairs, but dataset '" +
+                                image.id + "' names no reference pictures: give it \"conditioning_data\": [\"<id>\"] "
+                                "and add that backend with \"dataset_type\": \"conditioning\", \"conditioning_type\": "
+                                "\"reference_strict\" (a data_backend_config; pictures pair by relative path)");
+    }
+    if (!pairs && !image.conditioning_data.empty()) {
+      throw ValidationError(option, value,
+                            "[train] dataset '" + image.id + "' has conditioning_data '" + image.conditioning_data.front() +
+                                "', which trains FLUX.1 Kontext (model_family flux, model_flavour kontext); model_flavour " +
+                                config.model_flavour + " would ignore its reference pictures");
+    }
+  }
+  // Checked here, before anything is encoded; validation_edits checks it again on the cached data.
+  if (pairs && config.validation_requested() && config.eval_dataset_id) {
+    std::vector<std::string> ids;
+    for (const auto& image : backends.images) ids.push_back(image.id);
+    if (std::find(ids.begin(), ids.end(), *config.eval_dataset_id) == ids.end()) {
+      throw ValidationError("eval_dataset_id", *config.eval_dataset_id,
+                            "[train] eval_dataset_id '" + *config.eval_dataset_id +
+                                "' names no enabled image dataset; image datasets: " + remat::detail::join(ids));
+    }
+  }
 }
 }  // namespace
 
@@ -80,13 +114,20 @@ ScannedImageData scan_image_data(const TrainConfig& config, const LogFn& log) {
   out.backends = config.data_backend_config ? data::read_data_backend_config(*config.data_backend_config, defaults)
                                             : data::single_folder_config(value, defaults);
   for (const auto& warning : out.backends.warnings) log("[data] warning: " + warning);
+  check_pairs_fit_flavour(config, option, value, out.backends);
   const uint64_t seed = static_cast<uint64_t>(config.seed.value_or(0));
   for (const auto& backend : out.backends.images) {
     out.datasets.push_back(data::scan_image_dataset(backend, seed, family.encoders.pixel_multiple));
-    const auto& scanned = out.datasets.back();
+    auto& scanned = out.datasets.back();
+    std::string pairs;
+    if (const auto* conditioning = out.backends.conditioning_of(backend)) {
+      data::pair_references(scanned, *conditioning, seed, family.encoders.pixel_multiple);
+      pairs = " paired with '" + conditioning->id + "' (" + conditioning->instance_data_dir + ", " +
+              conditioning->conditioning_type.value_or("") + ")";
+    }
     log("[data] dataset '" + backend.id + "' (" + backend.instance_data_dir + "): " +
-        std::to_string(scanned.images.size()) + " image(s), " + std::to_string(scanned.skipped.size()) +
-        " skipped");
+        std::to_string(scanned.images.size()) + (pairs.empty() ? " image(s)" : " picture pair(s)" + pairs) + ", " +
+        std::to_string(scanned.skipped.size()) + " skipped");
     for (const auto& [bucket, count] : scanned.bucket_counts()) {
       log("[data]   bucket " + std::to_string(bucket.first) + "x" + std::to_string(bucket.second) + ": " +
           std::to_string(count) + " image(s)");
@@ -173,7 +214,9 @@ std::vector<PairedDatasetSpec> cached_datasets(const ScannedImageData& scanned, 
     spec.repeats = config.repeats;
     spec.probability = config.probability;
     spec.caption_dropout_probability = config.caption_dropout_probability;
-    for (const auto& sample : report.samples[d]) spec.samples.push_back({sample.latents_path, sample.text_path});
+    for (const auto& sample : report.samples[d]) {
+      spec.samples.push_back({sample.latents_path, sample.text_path, sample.conditioning_latents_path});
+    }
     out.push_back(std::move(spec));
   }
   return out;

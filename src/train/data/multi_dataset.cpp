@@ -75,6 +75,19 @@ void read_text_shape(const std::string& path, const std::string& dataset, const 
   if (layout.pooled) shape.pooled_prompt_embeds = require_key(file, dataset, "pooled_prompt_embeds", 1, "(P)").shape;
 }
 
+// The latents (C, H, W) of a sample or of its reference, checked against the family's layout.
+std::vector<int64_t> read_latents_shape(const std::string& path, const std::string& dataset, const LatentLayout& layout) {
+  const auto latents = io::SafetensorsFile::open(path);
+  std::vector<int64_t> shape = require_key(latents, dataset, "latents", 3, "(C, H, W)").shape;
+  const int64_t m = layout.spatial_multiple;
+  if (shape[0] != layout.channels || shape[1] % m != 0 || shape[2] % m != 0) {
+    throw_value_error("[MultiDataset] dataset '" + dataset + "': '" + latents.path() + "': latents must be (" +
+                      std::to_string(layout.channels) + ", H, W) with H and W multiples of " + std::to_string(m) +
+                      " for " + layout.family + ", got " + shape_text(shape));
+  }
+  return shape;
+}
+
 }  // namespace
 
 MultiDataset MultiDataset::open(std::vector<PairedDatasetSpec> datasets, const std::string& empty_caption_path,
@@ -118,16 +131,16 @@ MultiDataset MultiDataset::open(std::vector<PairedDatasetSpec> datasets, const s
     }
     std::vector<SampleShape> shapes;
     std::map<SampleShape, std::vector<int64_t>> buckets;
+    const bool paired = !spec.samples.front().conditioning_latents_path.empty();
     for (size_t i = 0; i < spec.samples.size(); ++i) {
       SampleShape shape;
-      const auto latents = io::SafetensorsFile::open(spec.samples[i].latents_path);
-      shape.latents = require_key(latents, id, "latents", 3, "(C, H, W)").shape;
-      const int64_t m = layout.spatial_multiple;
-      if (shape.latents[0] != layout.channels || shape.latents[1] % m != 0 || shape.latents[2] % m != 0) {
-        throw_value_error("[MultiDataset] dataset '" + id + "': '" + latents.path() + "': latents must be (" +
-                          std::to_string(layout.channels) + ", H, W) with H and W multiples of " + std::to_string(m) +
-                          " for " + layout.family + ", got " + shape_text(shape.latents));
+      shape.latents = read_latents_shape(spec.samples[i].latents_path, id, layout);
+      if (spec.samples[i].conditioning_latents_path.empty() == paired) {
+        throw_value_error("[MultiDataset] dataset '" + id + "': sample '" + spec.samples[i].latents_path + "' " +
+                          (paired ? "has no" : "has a") + " reference picture, unlike '" +
+                          spec.samples.front().latents_path + "'; a dataset's samples are all pairs or none are");
       }
+      if (paired) shape.conditioning_latents = read_latents_shape(spec.samples[i].conditioning_latents_path, id, layout);
       read_text_shape(spec.samples[i].text_path, id, layout, shape);
       if (!first) {
         first = shape;
@@ -253,7 +266,7 @@ Batch MultiDataset::get_batch(const PlannedBatch& planned) const {
                       ") and at least one sample");
   }
   const auto& spec = datasets_[planned.dataset];
-  std::vector<at::Tensor> latents, prompts, pooled;
+  std::vector<at::Tensor> latents, prompts, pooled, references;
   for (size_t k = 0; k < planned.samples.size(); ++k) {
     const int64_t i = planned.samples[k];
     if (i < 0 || i >= static_cast<int64_t>(spec.samples.size())) {
@@ -270,6 +283,15 @@ Batch MultiDataset::get_batch(const PlannedBatch& planned) const {
       throw_value_error("[MultiDataset] dataset '" + spec.id + "': '" + spec.samples[i].latents_path +
                         "' or its caption file changed since the dataset was opened");
     }
+    if (!expected.conditioning_latents.empty()) {
+      const std::string& path = spec.samples[i].conditioning_latents_path;
+      at::Tensor r = io::SafetensorsFile::open(path).tensor("latents");
+      if (r.sizes().vec() != expected.conditioning_latents) {
+        throw_value_error("[MultiDataset] dataset '" + spec.id + "': reference latents '" + path +
+                          "' changed since the dataset was opened");
+      }
+      references.push_back(r);
+    }
     latents.push_back(l);
     prompts.push_back(p);
     if (layout_.pooled) pooled.push_back(text_file.tensor("pooled_prompt_embeds"));
@@ -279,6 +301,7 @@ Batch MultiDataset::get_batch(const PlannedBatch& planned) const {
   batch.latents = at::stack(latents);
   batch.prompt_embeds = at::stack(prompts);
   if (!pooled.empty()) batch.pooled_prompt_embeds = at::stack(pooled);
+  if (!references.empty()) batch.conditioning_latents = at::stack(references);
   return batch;
 }
 

@@ -45,9 +45,9 @@ std::vector<FlavourSpec> flux_flavours() {
       {"schnell", "flux-schnell", "FLUX.1 [schnell]: no guidance embedder (SimpleTuner also adds its schnell "
                                   "assistant LoRA and needs flux_fast_schedule; remat does neither)", "",
        "black-forest-labs/flux.1-schnell"},
-      {"kontext", "flux-dev", "FLUX.1 Kontext [dev]: the dev architecture trained on image edits",
-       "reference-image conditioning (Kontext edit pairs)",
-       "black-forest-labs/flux.1-kontext-dev"},
+      {"kontext", "flux-dev", "FLUX.1 Kontext [dev]: the dev architecture trained on picture edits; trains on "
+                              "pairs (each image dataset's conditioning_data names its reference pictures)", "",
+       "black-forest-labs/flux.1-kontext-dev", /*trains_on_pairs=*/true},
       {"fluxbooru", "flux-dev", "FluxBooru v0.3: the dev architecture with a fixed guidance input of 3.5 "
                                 "(flux_guidance_value is set to 3.5, as SimpleTuner does)", "",
        "terminusresearch/fluxbooru-v0.3"},
@@ -121,18 +121,31 @@ class FluxTransformer final : public Transformer {
     return sample::flux_denoiser(*model_, scheduler);
   }
 
-  // Model inputs of a batch: x0 packed (B, N_i, 4C), ids, and the text conditioning.
+  // Model inputs of a batch: x0 packed (B, N_i, 4C), ids, and the text conditioning; for Kontext
+  // also the reference's packed clean latents (B, N_r, 4C), whose ids follow the image's in img_ids.
   struct Inputs {
     at::Tensor x0, prompt_embeds, pooled, img_ids, txt_ids;
+    at::Tensor reference;
   };
   Inputs inputs_of(const Batch& batch) const {
     TORCH_CHECK_VALUE(batch.pooled_prompt_embeds.defined(),
                       "[flux] batches need pooled_prompt_embeds (a Flux latent cache)");
     const int64_t h = batch.latents.size(2), w = batch.latents.size(3);
     const auto device = batch.latents.device();
-    return {models::flux_pack_latents(batch.latents), batch.prompt_embeds, batch.pooled_prompt_embeds,
-            models::flux_image_ids(h / 2, w / 2).to(device),
-            models::flux_text_ids(batch.prompt_embeds.size(1)).to(device)};
+    Inputs in{models::flux_pack_latents(batch.latents), batch.prompt_embeds, batch.pooled_prompt_embeds,
+              models::flux_image_ids(h / 2, w / 2).to(device),
+              models::flux_text_ids(batch.prompt_embeds.size(1)).to(device), at::Tensor()};
+    if (const at::Tensor& c = batch.conditioning_latents; c.defined()) {
+      // SimpleTuner's prepare_batch_conditions -> build_kontext_inputs (flux/__init__.py) for one
+      // reference: packed like the latents, ids (1, r, c).
+      TORCH_CHECK_VALUE(c.dim() == 4 && c.size(0) == batch.latents.size(0) && c.size(1) == batch.latents.size(1) &&
+                            c.size(2) % 2 == 0 && c.size(3) % 2 == 0,
+                        "[flux] conditioning_latents must be (B, C, Hc, Wc) = (", batch.latents.size(0), ", ",
+                        batch.latents.size(1), ", even, even), got ", c.sizes());
+      in.reference = models::flux_pack_latents(c);
+      in.img_ids = at::cat({in.img_ids, models::flux_reference_ids(c.size(2) / 2, c.size(3) / 2).to(device)}, 0);
+    }
+    return in;
   }
 
   at::Tensor flow_matching_loss(const Batch& batch, const FlowMatchingOptions& options,
@@ -150,8 +163,15 @@ class FluxTransformer final : public Transformer {
     if (model_->config().guidance_embeds) {
       guidance = at::full({B}, options.guidance_value, sigmas.options());
     }
-    const at::Tensor prediction =
-        model_->forward(x_t, in.prompt_embeds, in.pooled, sigmas, in.img_ids, in.txt_ids, guidance);
+    // Kontext (SimpleTuner's FluxModel._model_predict_single): the reference tokens follow the
+    // noisy ones, clean, and their predictions are dropped before the loss. Every token gets the
+    // sample's timestep, as FluxKontextPipeline samples and as SimpleTuner trained before its
+    // tokenwise timesteps (it now gives the reference tokens timestep 0).
+    const int64_t n_target = x_t.size(1);
+    const at::Tensor tokens = in.reference.defined() ? at::cat({x_t, in.reference.to(x_t.scalar_type())}, 1) : x_t;
+    at::Tensor prediction =
+        model_->forward(tokens, in.prompt_embeds, in.pooled, sigmas, in.img_ids, in.txt_ids, guidance);
+    if (in.reference.defined()) prediction = prediction.narrow(1, 0, n_target);
     return at::mse_loss(prediction.to(at::kFloat), target.to(at::kFloat));
   }
 
@@ -189,7 +209,9 @@ class FluxTransformer final : public Transformer {
   std::vector<BlockProbe> block_probes(const Batch& batch, std::optional<Backend> ffn) override {
     const Inputs in = inputs_of(batch);
     const auto& config = model_->config();
-    const int64_t B = in.x0.size(0), n_img = in.x0.size(1), n_txt = in.prompt_embeds.size(1);
+    // A Kontext reference lengthens the image stream the blocks see.
+    const int64_t B = in.x0.size(0), n_txt = in.prompt_embeds.size(1);
+    const int64_t n_img = in.x0.size(1) + (in.reference.defined() ? in.reference.size(1) : 0);
     const auto options = in.x0.options().dtype(model_->x_embedder->weight.scalar_type());
     const auto state = [&](int64_t n) {
       return torch::randn({B, n, config.hidden_size()}, options).requires_grad_(true);

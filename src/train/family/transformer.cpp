@@ -180,6 +180,7 @@ Batch batch_to(const Batch& batch, const at::Device& device) {
   out.latents = move(batch.latents);
   out.prompt_embeds = move(batch.prompt_embeds);
   out.pooled_prompt_embeds = move(batch.pooled_prompt_embeds);
+  out.conditioning_latents = move(batch.conditioning_latents);
   return out;
 }
 

@@ -585,6 +585,16 @@ std::vector<OptionSpec> build_registry() {
                "what training changed. The training random stream is not touched."));
   add(Opt(kValidation, "validation_disable_unconditional", T::Bool, bind_field(&C::validation_disable_unconditional),
           "Disable unconditional image generation during validation"));
+  add(Opt(kValidation, "num_eval_images", T::Int, bind_field(&C::num_eval_images),
+          "FLUX.1 Kontext: picture pairs rendered at each validation, per image dataset")
+      .min(1).max(1000)
+      .tooltip("A Kontext run renders, besides the prompts, the first N edit pictures of each paired image "
+               "dataset: the edit caption with the reference picture as training sees it, in columns named "
+               "<dataset id>_<n>."));
+  add(Opt(kValidation, "eval_dataset_id", T::String, bind_field(&C::eval_dataset_id),
+          "FLUX.1 Kontext: the image dataset whose picture pairs validation renders")
+      .nullable()
+      .default_note("unset (every paired image dataset)"));
   add(Opt(kValidation, "user_prompt_library", T::Path, bind_field(&C::user_prompt_library),
           "A JSON prompt library: {\"shortname\": \"prompt\"} or {\"shortname\": {\"prompt\": ...}}")
       .nullable()

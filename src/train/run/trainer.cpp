@@ -283,7 +283,8 @@ void Trainer::setup() {
   if (image_run) setup_image_data();
   // The validation prompts are encoded now, and the text encoders freed, before the transformer loads.
   if (config_.validation_requested() && main_rank()) {  // rank 0 alone renders
-    validation_ = std::make_unique<ValidationRenderer>(config_, hooks_.log);
+    validation_ = std::make_unique<ValidationRenderer>(
+        config_, hooks_.log, images_ ? validation_edits(config_, *images_) : std::vector<ValidationEdit>{});
   }
 
   const ModelSource source = resolve_model_source(config_);

@@ -5,6 +5,7 @@
 #include "string_helpers.h"
 #include "remat/train/validation/validation_images.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cfenv>
 #include <cmath>
@@ -13,6 +14,8 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "remat/io/safetensors.h"
+#include "remat/train/data/data.h"
 #include "remat/train/family/family.h"
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/util/bounded_json.h"
@@ -195,6 +198,33 @@ std::string validation_pipeline_folder(const TrainConfig& config) {
                               std::string(e.what_without_backtrace()) + off);
   }
   return path;
+}
+
+std::vector<ValidationEdit> validation_edits(const TrainConfig& config, const MultiDataset& data) {
+  std::vector<ValidationEdit> out;
+  std::vector<std::string> paired;
+  for (int64_t d = 0; d < data.num_datasets(); ++d) {
+    const PairedDatasetSpec& dataset = data.dataset(d);
+    if (dataset.samples.empty() || dataset.samples.front().conditioning_latents_path.empty()) continue;
+    paired.push_back(dataset.id);
+    if (config.eval_dataset_id && *config.eval_dataset_id != dataset.id) continue;
+    const size_t count = std::min<size_t>(static_cast<size_t>(config.num_eval_images), dataset.samples.size());
+    for (size_t i = 0; i < count; ++i) {
+      const PairedSampleFiles& sample = dataset.samples[i];
+      const auto& metadata = io::SafetensorsFile::open(sample.text_path).metadata();
+      const auto caption = metadata.find("remat.caption");
+      out.push_back({{dataset.id + "_" + std::to_string(i), caption == metadata.end() ? "" : caption->second},
+                     sample.text_path,
+                     sample.conditioning_latents_path});
+    }
+  }
+  if (config.eval_dataset_id && std::find(paired.begin(), paired.end(), *config.eval_dataset_id) == paired.end()) {
+    throw ValidationError("eval_dataset_id", *config.eval_dataset_id,
+                          "[validation] eval_dataset_id '" + *config.eval_dataset_id +
+                              "' names no image dataset with reference pictures; those are: " +
+                              (paired.empty() ? std::string("none") : remat::detail::join(paired)));
+  }
+  return out;
 }
 
 }  // namespace remat::train

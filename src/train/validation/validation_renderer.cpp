@@ -15,6 +15,7 @@
 #include "remat/util/generator_guard.h"
 #include "remat/memory.h"
 #include "remat/image/png_file.h"
+#include "remat/io/safetensors.h"
 #include "remat/sample/sampler.h"
 #include "remat/train/family/model_source.h"
 #include "remat/train/family/text_to_image.h"
@@ -63,13 +64,16 @@ struct ValidationRenderer::State {
   std::vector<ValidationPrompt> prompts;
   std::vector<ValidationResolution> resolutions;
   std::vector<sample::PromptEmbeddings> embeddings;  // per prompt, float32 on the CPU
+  std::vector<at::Tensor> references;  // per prompt: a Kontext edit's reference latents (C, h, w), else undefined
+  std::vector<std::string> reference_paths;  // per prompt: where they came from, else empty
   std::optional<sample::PromptEmbeddings> negative;  // when real CFG is on
   std::unique_ptr<FamilyPipeline> pipeline;          // the family's encoders and scheduler
   encoders::EncoderSettings encoder_settings;
   uint64_t seed = 0;
 };
 
-ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : state_(std::make_unique<State>()) {
+ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log, std::vector<ValidationEdit> edits)
+    : state_(std::make_unique<State>()) {
   State& s = *state_;
   s.config = config;
   s.log = std::move(log);
@@ -104,6 +108,24 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log) : s
     for (const auto& p : s.prompts) s.embeddings.push_back(encode(p.prompt));
     if (config.validation_guidance_real > 1.0) s.negative = encode(config.validation_negative_prompt);
   }  // the text encoders are freed here
+  s.references.resize(s.prompts.size());
+  s.reference_paths.resize(s.prompts.size());
+  for (auto& edit : edits) {
+    for (const auto& p : s.prompts) {
+      if (p.shortname == edit.prompt.shortname) {
+        throw ValidationError("user_prompt_library", config.user_prompt_library.value_or(""),
+                              "[validation] prompt shortname '" + p.shortname + "' is also the name of a Kontext "
+                              "validation edit (<dataset id>_<n>); rename the library entry");
+      }
+    }
+    const auto text = io::SafetensorsFile::open(edit.text_path);
+    const auto pooled = text.contains("pooled_prompt_embeds") ? text.tensor("pooled_prompt_embeds", at::kFloat)
+                                                               : at::Tensor();
+    s.embeddings.push_back({text.tensor("prompt_embeds", at::kFloat), pooled});
+    s.references.push_back(io::SafetensorsFile::open(edit.reference_latents_path).tensor("latents", at::kFloat));
+    s.reference_paths.push_back(edit.reference_latents_path);
+    s.prompts.push_back(std::move(edit.prompt));
+  }
   s.log("[validation] " + std::to_string(s.prompts.size()) + " prompt(s) x " + std::to_string(s.resolutions.size()) +
         " resolution(s) every " + std::to_string(config.validation_interval()) + " steps; prompts encoded in " +
         render_number(seconds_since(start)) + "s (peak " + memory::format_bytes(peak.peak_bytes()) +
@@ -122,6 +144,7 @@ int64_t ValidationRenderer::held_bytes() const {
   };
   for (const auto& e : state_->embeddings) add(e);
   if (state_->negative) add(*state_->negative);
+  for (const auto& r : state_->references) bytes += r.defined() ? r.nbytes() : 0;
   return static_cast<int64_t>(bytes);
 }
 
@@ -166,6 +189,7 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
       for (const auto& r : s.resolutions) {
         settings.width = r.width;
         settings.height = r.height;
+        settings.reference_latents = s.references[p];  // a Kontext edit's, else undefined
         // A fresh generator per picture (SimpleTuner's _get_generator): what changes between
         // steps is the model, not the noise.
         latents[w][p].push_back(denoiser->denoise(s.embeddings[p], s.negative ? &*s.negative : nullptr, settings));
@@ -202,6 +226,7 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
                                   {"model", s.config.pretrained_model_name_or_path.value_or("")},
                                   {"software", "remat"}};
           if (weights_ema[w]) text.emplace_back("weights", "ema");
+          if (!s.reference_paths[p].empty()) text.emplace_back("reference_latents", s.reference_paths[p]);
           if (s.negative) {
             text.emplace_back("negative_prompt", s.config.validation_negative_prompt);
             text.emplace_back("true_cfg_scale", render_number(settings.true_cfg_scale));

@@ -282,7 +282,10 @@ TEST(FamilyRegistry, BuiltInFamiliesDescribeThemselves) {
   EXPECT_EQ(flux.preset_of("schnell"), "flux-schnell");
   EXPECT_EQ(flux.preset_of("flux-dev"), "flux-dev");  // an older flavour name
   EXPECT_EQ(flux.preset_of("flux-tiny"), "flux-tiny");
-  EXPECT_FALSE(flux.flavour("kontext")->unsupported.empty());
+  EXPECT_TRUE(flux.flavour("kontext")->unsupported.empty());  // trains on picture pairs
+  EXPECT_TRUE(flux.flavour("kontext")->trains_on_pairs);
+  EXPECT_FALSE(flux.flavour("krea")->trains_on_pairs);
+  EXPECT_FALSE(flux.flavour("libreflux")->unsupported.empty());
   EXPECT_TRUE(flux.flavour("dev")->unsupported.empty());
   EXPECT_EQ(model_family("mageflow").default_flavour, "base");
   EXPECT_EQ(model_family("mageflow").preset_of("turbo"), "mageflow-4b");

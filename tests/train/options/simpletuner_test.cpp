@@ -311,7 +311,7 @@ TEST(SimpleTunerVocabulary, OptimizersSchedulesAndFlavours) {
   // Flavours: SimpleTuner's names; remat's small ones keep theirs.
   EXPECT_EQ(validate_option_values({}, kCpu).config.model_flavour, "krea");
   EXPECT_EQ(validate_option_values({{"model_family", "mageflow"}}, kCpu).config.model_flavour, "base");
-  for (const char* flavour : {"dev", "krea", "schnell", "fluxbooru", "flux-tiny", "flux-small"}) {
+  for (const char* flavour : {"dev", "krea", "schnell", "kontext", "fluxbooru", "flux-tiny", "flux-small"}) {
     EXPECT_TRUE(validate_option_values({{"model_flavour", flavour}}, kCpu).ok()) << flavour;
   }
   for (const char* flavour : {"base", "default", "turbo", "mageflow-tiny", "mageflow-small"}) {
@@ -321,7 +321,7 @@ TEST(SimpleTunerVocabulary, OptimizersSchedulesAndFlavours) {
   EXPECT_EQ(booru.config.flux_guidance_value, 3.5);
   EXPECT_TRUE(contains(booru.warnings(), "fluxbooru trains with flux_guidance_value 3.5"));
   for (const auto& [family, flavour] : std::vector<std::pair<std::string, std::string>>{
-           {"flux", "kontext"}, {"flux", "libreflux"}, {"mageflow", "edit"}, {"mageflow", "edit-turbo"}}) {
+           {"flux", "libreflux"}, {"mageflow", "edit"}, {"mageflow", "edit-turbo"}}) {
     const auto r = validate_option_values({{"model_family", family}, {"model_flavour", flavour}}, kCpu);
     EXPECT_TRUE(contains(errors_of(r), "model_flavour=" + flavour + " is not supported by remat yet")) << flavour;
     EXPECT_TRUE(validate_option_values({{"model_family", family}, {"model_flavour", flavour},

@@ -40,15 +40,17 @@ struct SampleShape {
   std::vector<int64_t> latents;               ///< (C, H, W)
   std::vector<int64_t> prompt_embeds;         ///< (L, D)
   std::vector<int64_t> pooled_prompt_embeds;  ///< (P) when pooled, else empty
+  std::vector<int64_t> conditioning_latents;  ///< (C, Hc, Wc) of a Kontext reference, else empty
 
   bool operator==(const SampleShape& other) const {
     return latents == other.latents && prompt_embeds == other.prompt_embeds &&
-           pooled_prompt_embeds == other.pooled_prompt_embeds;
+           pooled_prompt_embeds == other.pooled_prompt_embeds && conditioning_latents == other.conditioning_latents;
   }
   bool operator<(const SampleShape& other) const {
     if (latents != other.latents) return latents < other.latents;
     if (prompt_embeds != other.prompt_embeds) return prompt_embeds < other.prompt_embeds;
-    return pooled_prompt_embeds < other.pooled_prompt_embeds;
+    if (pooled_prompt_embeds != other.pooled_prompt_embeds) return pooled_prompt_embeds < other.pooled_prompt_embeds;
+    return conditioning_latents < other.conditioning_latents;
   }
 };
 
@@ -66,6 +68,9 @@ struct Batch {
   at::Tensor latents;               ///< (B, C, H, W)
   at::Tensor prompt_embeds;         ///< (B, L, D)
   at::Tensor pooled_prompt_embeds;  ///< (B, P); undefined unless pooled
+  /// FLUX.1 Kontext: the reference pictures' clean latents (B, C, Hc, Wc), appended to the noisy
+  /// latents as tokens of their own (SimpleTuner's conditioning_latents); undefined otherwise.
+  at::Tensor conditioning_latents;
   /// Seeds this batch's own noise and sigmas generator (TrainingStep); unset: they come from the
   /// generator the step is given. The trainer sets it from the batch's place in the run, so a
   /// batch draws the same noise whichever process trains it (Note [One run, any world size]).
@@ -160,6 +165,9 @@ class REMAT_API LatentDataset {
 struct PairedSampleFiles {
   std::string latents_path;
   std::string text_path;
+  /// FLUX.1 Kontext: the reference picture's latents file (key `latents`, (C, Hc, Wc)); empty
+  /// without one. Every sample of a dataset has one or none does.
+  std::string conditioning_latents_path = {};
 };
 
 /// One dataset of a run with SimpleTuner's sampling settings.
@@ -180,7 +188,8 @@ struct PlannedBatch {
 
 /// Several cached image datasets, sampled as SimpleTuner samples its backends.
 ///
-/// Buckets: samples of a dataset with equal shapes (latents (C, H, W) and text (L, D), P).
+/// Buckets: samples of a dataset with equal shapes (latents (C, H, W), text (L, D), P, and a
+/// Kontext reference's (C, Hc, Wc)).
 ///
 /// Epoch `e` under `seed`, all draws from one local generator seeded from (seed, e):
 ///  1. Per dataset with probability > 0, per bucket: the bucket's samples repeated repeats + 1

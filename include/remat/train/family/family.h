@@ -55,7 +55,10 @@ struct FlavourSpec {
   std::string unsupported;
   /// The Hugging Face model id SimpleTuner loads for the flavour when no path is given (its
   /// HUGGINGFACE_PATHS); empty for remat's small configurations, which start from random weights.
-  std::string hub_id;
+  std::string hub_id = {};
+  /// Trains on picture pairs (FLUX.1 Kontext): every image dataset needs a conditioning dataset of
+  /// reference pictures (remat/data/dataset_config.h), and no other flavour accepts one.
+  bool trains_on_pairs = false;
 };
 
 /// The widths of a flavour's text conditioning: what a latent cache for it must hold.

@@ -300,6 +300,12 @@ struct TrainConfig {
   bool validation_disable_unconditional = false;
   /// SimpleTuner's prompt library: a JSON object {shortname: prompt or {"prompt": ...}}.
   std::optional<std::string> user_prompt_library;
+  /// FLUX.1 Kontext: the edits rendered at each validation, per paired image dataset (SimpleTuner's
+  /// num_eval_images; at most 1000).
+  int64_t num_eval_images = 4;
+  /// FLUX.1 Kontext: the image dataset whose pairs validation renders (SimpleTuner's
+  /// eval_dataset_id); unset: every paired image dataset.
+  std::optional<std::string> eval_dataset_id;
   /// Render the validation images of the untrained model before the first step of a fresh run
   /// (the gallery's step 0). remat's default is true; SimpleTuner's is false.
   bool validation_on_startup = true;

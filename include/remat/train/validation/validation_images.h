@@ -39,6 +39,7 @@ namespace remat::train {
 
 class Transformer;
 class ExponentialMovingAverage;
+class MultiDataset;
 
 /// One prompt to render, with the name its files and gallery column carry.
 struct ValidationPrompt {
@@ -79,6 +80,23 @@ REMAT_API std::vector<ValidationPrompt> read_user_prompt_library(const std::stri
 /// file name (empty, "/", "\\", a leading ".", a control character, over 100 bytes) or given twice
 /// is a ValidationError.
 REMAT_API std::vector<ValidationPrompt> validation_prompts(const TrainConfig& config);
+
+/// One FLUX.1 Kontext validation edit: an edit picture's caption rendered with its reference
+/// picture as training sees it.
+struct ValidationEdit {
+  ValidationPrompt prompt;              ///< shortname "<dataset id>_<n>", the edit caption
+  std::string text_path;                ///< the caption's cached embeddings
+  std::string reference_latents_path;   ///< the reference picture's cached latents (C, h, w)
+};
+
+/// FLUX.1 Kontext's validation edits, collected as SimpleTuner's retrieve_validation_edit_images
+/// (simpletuner/helpers/training/validation.py) does: per image dataset with reference pictures
+/// (only eval_dataset_id's, when set), its first num_eval_images pairs in dataset order (sorted by
+/// relative path), shortname "<dataset id>_<n>". The caption is read from its cache entry's
+/// metadata. Empty for runs without pairs. SimpleTuner hands the reference picture to
+/// FluxKontextPipeline, which resizes it to about a megapixel; remat conditions on the reference's
+/// cached latents, the crop training sees (`remat sample --image` does what the pipeline does).
+REMAT_API std::vector<ValidationEdit> validation_edits(const TrainConfig& config, const MultiDataset& data);
 
 /// Whether validation runs after optimizer step `step` (>= 1): SimpleTuner's trigger, step a
 /// multiple of validation_interval() > 0. (Steps are optimizer steps, so the accumulation boundary
@@ -123,7 +141,9 @@ class REMAT_API ValidationRenderer {
   /// Checks the setup (validation_pipeline_folder), reads the prompt library, parses the
   /// resolutions and encodes every prompt (and the negative prompt when validation_guidance_real
   /// > 1) on the CPU in the caching phase's dtype (bf16 with mixed_precision bf16, else fp32).
-  ValidationRenderer(const TrainConfig& config, LogFn log);
+  /// `edits` (a Kontext run's validation_edits) are rendered after the prompts, each with its
+  /// reference latents appended (their cached embeddings and latents are read, not encoded).
+  ValidationRenderer(const TrainConfig& config, LogFn log, std::vector<ValidationEdit> edits = {});
   ~ValidationRenderer();
   ValidationRenderer(const ValidationRenderer&) = delete;
   ValidationRenderer& operator=(const ValidationRenderer&) = delete;
