@@ -76,6 +76,10 @@ class MageFlowTransformer final : public Transformer {
     std::vector<models::ImageShape> shapes;
   };
   static Packed pack(const Batch& batch) {
+    // Reference pictures of MageFlow's edit flavours need Qwen3-VL's vision tower (not built).
+    TORCH_CHECK_VALUE(!batch.conditioning_latents.defined(),
+                      "[mageflow] batches with reference pictures (conditioning_latents) are not supported: "
+                      "remat trains MageFlow's edit flavours text-to-image only");
     const int64_t B = batch.latents.size(0), C = batch.latents.size(1);
     const int64_t h = batch.latents.size(2), w = batch.latents.size(3), L = batch.prompt_embeds.size(1);
     Packed p;

@@ -211,7 +211,8 @@ std::vector<ValidationEdit> validation_edits(const TrainConfig& config, const Mu
     const size_t count = std::min<size_t>(static_cast<size_t>(config.num_eval_images), dataset.samples.size());
     for (size_t i = 0; i < count; ++i) {
       const PairedSampleFiles& sample = dataset.samples[i];
-      const auto& metadata = io::SafetensorsFile::open(sample.text_path).metadata();
+      const auto text = io::SafetensorsFile::open(sample.text_path);
+      const auto& metadata = text.metadata();
       const auto caption = metadata.find("remat.caption");
       out.push_back({{dataset.id + "_" + std::to_string(i), caption == metadata.end() ? "" : caption->second},
                      sample.text_path,

@@ -168,6 +168,16 @@ TEST_F(KontextTrainer, TrainsOnPicturePairsValidatesTheEditsAndSamplesWithTheLor
     EXPECT_TRUE(fs::is_regular_file(gallery / name)) << name;
   }
   EXPECT_FALSE(fs::exists(gallery / "step_2_edits_2_0_32x32.png"));  // num_eval_images 2
+  // The edit's caption (pairs in path order: "make it blue" first) and its reference's cache entry.
+  const auto text = image::read_png_text((gallery / "step_2_edits_0_0_32x32.png").string());
+  const auto value = [&](const std::string& key) {
+    for (const auto& [k, v] : text) {
+      if (k == key) return v;
+    }
+    return std::string("(none)");
+  };
+  EXPECT_EQ(value("prompt"), "make it blue");
+  EXPECT_EQ(value("reference_latents"), dir_ / "cache/vae/flux/refs/make it blue.png.safetensors");
   std::ifstream html(gallery / "index.html");
   const std::string page((std::istreambuf_iterator<char>(html)), {});
   EXPECT_NE(page.find("edits_0"), std::string::npos);
