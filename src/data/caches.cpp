@@ -131,7 +131,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   base.dtype = encoder_dtype(options.dtype);
   base.device = options.device;
   base.max_sequence_length = options.tokenizer_max_length;
-  const auto folder = family.open(options.pipeline_folder, family.components());
+  const auto folder = family.open(options.pipeline_folder, family.components(), options.variant);
 
   // Identities: an entry made by other weights, another dtype, seed or token count is stale.
   const std::string settings = std::string("|") + c10::toString(base.dtype);

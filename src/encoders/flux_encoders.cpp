@@ -87,8 +87,8 @@ FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncoders
   if (options.load_vae) {
     const auto& dir = folder.directory("vae");
     const auto config = AutoencoderKLConfig::from_file(file_in(dir, "config.json"));
-    models::open_component_weights(dir);  // the index and its shards agree before anything is built
-    encoders.vae_ = load_autoencoder_kl(models::find_component_weights(dir).files, config, options.dtype);
+    models::open_component_weights(dir, folder.variant);  // the index and its shards agree before anything is built
+    encoders.vae_ = load_autoencoder_kl(models::find_component_weights(dir, folder.variant).files, config, options.dtype);
     encoders.vae_->to(options.device);
     encoders.vae_->eval();
     encoders.loaded_.push_back(describe("vae", dir, encoders.vae_));
@@ -96,15 +96,16 @@ FluxEncoders FluxEncoders::load(const PipelineFolder& folder, const FluxEncoders
   if (options.load_text) {
     const auto& clip_dir = folder.directory("text_encoder");
     const auto clip_config = ClipTextConfig::from_file(file_in(clip_dir, "config.json"));
-    models::open_component_weights(clip_dir);
-    encoders.clip_ = load_clip_text_model(models::find_component_weights(clip_dir).files, clip_config, options.dtype);
+    models::open_component_weights(clip_dir, folder.variant);
+    encoders.clip_ = load_clip_text_model(models::find_component_weights(clip_dir, folder.variant).files, clip_config,
+                                          options.dtype);
     encoders.clip_->to(options.device);
     encoders.clip_->eval();
     encoders.loaded_.push_back(describe("text_encoder", clip_dir, encoders.clip_));
 
     const auto& t5_dir = folder.directory("text_encoder_2");
     const auto t5_config = T5Config::from_file(file_in(t5_dir, "config.json"));
-    encoders.t5_ = load_t5_encoder(models::open_component_weights(t5_dir), t5_config, options.dtype);
+    encoders.t5_ = load_t5_encoder(models::open_component_weights(t5_dir, folder.variant), t5_config, options.dtype);
     encoders.t5_->to(options.device);
     encoders.t5_->eval();
     encoders.loaded_.push_back(describe("text_encoder_2", t5_dir, encoders.t5_));

@@ -9,8 +9,9 @@ std::vector<std::string> FamilyEncoders::components(bool text, bool image) const
   return names;
 }
 
-PipelineFolder FamilyEncoders::open(const std::string& root, const std::vector<std::string>& required) const {
-  return PipelineFolder::open(root, required, {}, layout);
+PipelineFolder FamilyEncoders::open(const std::string& root, const std::vector<std::string>& required,
+                                    const std::string& variant) const {
+  return PipelineFolder::open(root, required, {}, layout, variant);
 }
 
 }  // namespace remat::encoders

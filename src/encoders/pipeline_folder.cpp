@@ -73,7 +73,8 @@ Json read_model_index(const std::string& path, const PipelineLayout& layout) {
 }
 
 // Checks that `dir` holds what component `kind` needs; `what` says where the directory came from.
-void check_component_directory(const ComponentKind& kind, const std::string& dir, const std::string& what) {
+void check_component_directory(const ComponentKind& kind, const std::string& dir, const std::string& what,
+                               const std::string& variant = {}) {
   if (!is_dir(dir)) {
     throw_value_error("[pipeline] " + what + ": component '" + kind.name + "' needs the directory '" + dir +
                       "' (with " + kind.marker + (kind.weights ? " and its safetensors weights" : "") +
@@ -83,7 +84,7 @@ void check_component_directory(const ComponentKind& kind, const std::string& dir
     throw_value_error("[pipeline] " + what + ": component '" + kind.name + "' directory '" + dir + "' has no " +
                       kind.marker);
   }
-  if (kind.weights) models::find_component_weights(dir);  // throws naming the directory
+  if (kind.weights) models::find_component_weights(dir, variant);  // throws naming the directory
 }
 
 // The directory an override names for `component`.
@@ -145,7 +146,7 @@ bool is_component_folder(const std::string& dir) { return is_file(fs::path(dir) 
 
 PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<std::string>& required_components,
                                     const std::map<std::string, ComponentOverride>& overrides,
-                                    const PipelineLayout& layout) {
+                                    const PipelineLayout& layout, const std::string& variant) {
   if (layout.pipeline_classes.empty()) {
     throw_value_error("[pipeline] cannot open '" + root + "': the model family reads no pipeline folders (its "
                       "PipelineLayout names no pipeline class)");
@@ -169,6 +170,7 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
 
   PipelineFolder folder;
   folder.root = root;
+  folder.variant = variant;
   if (const auto v = index.find("_diffusers_version"); v != index.end() && v->is_string()) {
     folder.diffusers_version = v->get<std::string>();
   }
@@ -198,7 +200,8 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
     if (o != overrides.end()) {
       c.directory = override_directory(layout, name, o->second);
       c.overridden = true;
-      check_component_directory(kind, c.directory, "the override for '" + name + "' ('" + o->second.path + "')");
+      check_component_directory(kind, c.directory, "the override for '" + name + "' ('" + o->second.path + "')",
+                                variant);
       if (const auto n = named.find(name); n != named.end()) {
         c.library = n->second.first;
         c.class_name = n->second.second;
@@ -225,7 +228,7 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
                           c.class_name + "\"], expected [\"" + kind.library + "\", one of " + join(kind.classes) +
                           "]");
       }
-      check_component_directory(kind, c.directory, "pipeline folder '" + root + "'");
+      check_component_directory(kind, c.directory, "pipeline folder '" + root + "'", variant);
     } else if (!is_dir(c.directory)) {
       continue;  // named but not downloaded, and not needed
     }
@@ -243,21 +246,24 @@ const std::string& PipelineFolder::directory(const std::string& name) const {
 }
 
 std::string resolve_component_directory(const std::string& path, const std::string& component,
-                                        const std::optional<ComponentOverride>& override, const PipelineLayout& layout) {
+                                        const std::optional<ComponentOverride>& override, const PipelineLayout& layout,
+                                        const std::string& variant) {
   std::map<std::string, ComponentOverride> overrides;
   if (override) overrides[component] = *override;
-  if (is_pipeline_folder(path)) return PipelineFolder::open(path, {component}, overrides, layout).directory(component);
+  if (is_pipeline_folder(path)) {
+    return PipelineFolder::open(path, {component}, overrides, layout, variant).directory(component);
+  }
   const ComponentKind* kind = kind_of(layout, component);
   if (kind == nullptr) {
     throw_value_error("[pipeline] unknown component '" + component + "'; " + components_of(layout));
   }
   if (override) {
     const std::string dir = override_directory(layout, component, *override);
-    check_component_directory(*kind, dir, "the override for '" + component + "' ('" + override->path + "')");
+    check_component_directory(*kind, dir, "the override for '" + component + "' ('" + override->path + "')", variant);
     return dir;
   }
   if (is_dir(path) && is_file(fs::path(path) / kind->marker)) {
-    check_component_directory(*kind, path, "'" + component + "' folder");
+    check_component_directory(*kind, path, "'" + component + "' folder", variant);
     return path;
   }
   throw_value_error("[pipeline] '" + path + "' is neither a diffusers pipeline folder (model_index.json) nor a '" +

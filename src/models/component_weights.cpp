@@ -2,6 +2,7 @@
 // diffusers / transformers file conventions, checking a shard index against its shards, loading
 // them strictly into a module, and writing them (sharded like the hub's writers).
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -94,9 +95,29 @@ std::map<std::string, std::string> read_index(const std::string& path) {
   return out;
 }
 
+std::string weights_file_name(const std::string& base, const std::string& variant) {
+  return variant.empty() ? base + ".safetensors" : base + "." + variant + ".safetensors";
+}
+
+std::string index_file_name(const std::string& base, const std::string& variant) {
+  return variant.empty() ? base + ".safetensors.index.json" : base + ".safetensors.index." + variant + ".json";
+}
+
 }  // namespace
 
-ComponentWeights find_component_weights(const std::string& component_dir) {
+void check_weights_variant(const std::string& variant) {
+  const bool ok = !variant.empty() && variant.size() <= 64 &&
+                  std::all_of(variant.begin(), variant.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                  });
+  if (!ok) {
+    throw_value_error("[pipeline] variant must be a name such as fp16, bf16 or non_ema (letters, digits, '_' and "
+                      "'-', at most 64), got '" + util::text_excerpt(variant) + "'");
+  }
+}
+
+ComponentWeights find_component_weights(const std::string& component_dir, const std::string& variant) {
+  if (!variant.empty()) check_weights_variant(variant);
   const fs::path dir(component_dir);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -105,27 +126,42 @@ ComponentWeights find_component_weights(const std::string& component_dir) {
   std::vector<std::pair<std::string, bool>> found;  // (base, sharded)
   for (const std::string base : kBases) {
     // diffusers' from_pretrained: an index, when present, wins over a whole file of the same base.
-    if (is_file(dir / (base + ".safetensors.index.json"))) {
+    if (is_file(dir / index_file_name(base, variant))) {
       found.emplace_back(base, true);
-    } else if (is_file(dir / (base + ".safetensors"))) {
+    } else if (is_file(dir / weights_file_name(base, variant))) {
       found.emplace_back(base, false);
     }
   }
   if (found.empty()) {
     const auto refused = refused_weight_files(dir);
+    std::vector<std::string> plain;  // the plain files, when a variant was asked for
+    for (const std::string base : kBases) {
+      for (const auto& name : {index_file_name(base, ""), weights_file_name(base, "")}) {
+        if (!variant.empty() && is_file(dir / name)) plain.push_back(name);
+      }
+    }
+    const std::string expected =
+        variant.empty()
+            ? "diffusion_pytorch_model.safetensors, model.safetensors, or a shard index "
+              "diffusion_pytorch_model.safetensors.index.json / model.safetensors.index.json"
+            : "the '" + variant + "' variant (diffusers' and transformers' names: " +
+                  weights_file_name("diffusion_pytorch_model", variant) + ", " + weights_file_name("model", variant) +
+                  ", or a shard index " + index_file_name("diffusion_pytorch_model", variant) + " / " +
+                  index_file_name("model", variant) + ")";
+    std::vector<std::string> present = plain;
+    present.insert(present.end(), refused.begin(), refused.end());
     throw_value_error(
-        "[pipeline] no weights in '" + component_dir +
-        "': expected diffusion_pytorch_model.safetensors, model.safetensors, or a shard index "
-        "diffusion_pytorch_model.safetensors.index.json / model.safetensors.index.json" +
-        (refused.empty() ? std::string()
-                         : "; found only " + join(refused) +
-                               " (variant files such as *.fp16.safetensors and pickled *.bin files are not "
-                               "read: rename the variant's files to the plain names)"));
+        "[pipeline] no weights in '" + component_dir + "': expected " + expected +
+        (present.empty() ? std::string()
+                         : "; found only " + join(present) +
+                               (variant.empty() ? " (pickled *.bin files are not read; a variant's files such as "
+                                                  "*.fp16.safetensors are read with variant set to its name)"
+                                                : "")));
   }
   if (found.size() > 1) {
     std::vector<std::string> names;
     for (const auto& [base, sharded] : found) {
-      names.push_back(base + (sharded ? ".safetensors.index.json" : ".safetensors"));
+      names.push_back(sharded ? index_file_name(base, variant) : weights_file_name(base, variant));
     }
     throw_value_error("[pipeline] '" + component_dir + "' holds more than one set of weights (" + join(names) +
                       "): expected exactly one, so which one is meant is not guessed");
@@ -134,10 +170,10 @@ ComponentWeights find_component_weights(const std::string& component_dir) {
   out.directory = component_dir;
   out.base = found.front().first;
   if (!found.front().second) {
-    out.files.push_back((dir / (out.base + ".safetensors")).string());
+    out.files.push_back((dir / weights_file_name(out.base, variant)).string());
     return out;
   }
-  out.index = (dir / (out.base + ".safetensors.index.json")).string();
+  out.index = (dir / index_file_name(out.base, variant)).string();
   out.weight_map = read_index(*out.index);
   std::set<std::string> shards;
   for (const auto& [key, file] : out.weight_map) shards.insert(file);
@@ -145,8 +181,8 @@ ComponentWeights find_component_weights(const std::string& component_dir) {
   return out;
 }
 
-std::vector<io::SafetensorsFile> open_component_weights(const std::string& component_dir) {
-  const ComponentWeights weights = find_component_weights(component_dir);
+std::vector<io::SafetensorsFile> open_component_weights(const std::string& component_dir, const std::string& variant) {
+  const ComponentWeights weights = find_component_weights(component_dir, variant);
   std::vector<io::SafetensorsFile> files;
   if (!weights.index) {
     files.push_back(io::SafetensorsFile::open(weights.files.front()));
@@ -193,8 +229,8 @@ std::vector<io::SafetensorsFile> open_component_weights(const std::string& compo
 }
 
 io::LoadReport load_component(const std::string& component_dir, torch::nn::Module& module,
-                              const io::LoadOptions& options) {
-  const auto files = open_component_weights(component_dir);
+                              const io::LoadOptions& options, const std::string& variant) {
+  const auto files = open_component_weights(component_dir, variant);
   const auto awaiting = models::awaiting_weight_keys(module);
   if (!awaiting.empty()) {
     // A model built to be quantised (remat/models/quantized_loading.h): its waiting Linears are

@@ -16,14 +16,15 @@ bool is_directory(const std::string& path) {
 
 }  // namespace
 
-void load_flux_transformer_weights(models::FluxImpl& model, const std::string& file_or_component_dir) {
+void load_flux_transformer_weights(models::FluxImpl& model, const std::string& file_or_component_dir,
+                                   const std::string& variant) {
   if (is_directory(file_or_component_dir)) {
     // The folder's files (one, or shards checked against their index), in whichever layout.
-    const auto files = open_component_weights(file_or_component_dir);
+    const auto files = open_component_weights(file_or_component_dir, variant);
     std::vector<std::string> keys;
     for (const auto& f : files) keys.insert(keys.end(), f.names().begin(), f.names().end());
     if (models::detect_flux_weight_layout(keys).layout == models::FluxWeightLayout::diffusers) {
-      load_component(file_or_component_dir, model);  // strict, naming each key's file
+      load_component(file_or_component_dir, model, {}, variant);  // strict, naming each key's file
     } else {
       models::load_flux_weights(model, files);
     }

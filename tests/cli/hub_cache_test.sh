@@ -114,6 +114,12 @@ for revision in main v2; do
       --width 32 --height 32 --num_inference_steps 2 --dtype float32 --output "s-$revision.png" --torch_num_threads 1
 done
 cmp -s s-main.png s-v2.png && fail "the two revisions sampled the same picture"
+# A variant the snapshot does not have: the error names the variant's files and what is there.
+expect 2 "the 'fp16' variant (diffusers' and transformers' names: diffusion_pytorch_model.fp16.safetensors" -- \
+  "$remat" sample --pipeline black-forest-labs/FLUX.1-Krea-dev --variant fp16 --prompt "a red square" \
+    --width 32 --height 32 --num_inference_steps 2 --output s-x.png
+expect 2 "fetch the missing files with \`hf download black-forest-labs/flux.1-krea-dev --revision main\`" -- \
+  "$remat" "${base[@]}" --variant fp16
 
 # A LoRA by hub id: the repository's pytorch_lora_weights.safetensors (diffusers' default name); a
 # repository with several candidate files is refused, naming them.

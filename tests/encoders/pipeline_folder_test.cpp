@@ -154,7 +154,47 @@ TEST(ComponentWeights, VariantsAndPicklesAreRefusedByName) {
   EXPECT_NE(msg.find("found only diffusion_pytorch_model.bin, diffusion_pytorch_model.fp16.safetensors"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("variant files"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("read with variant set to its name"), std::string::npos) << msg;
+}
+
+// diffusers' and transformers' variant files (`_add_variant`: "<base>.<variant>.safetensors",
+// "<base>.safetensors.index.<variant>.json"), read when the variant is asked for, and only then.
+TEST(ComponentWeights, AVariantReadsItsOwnFiles) {
+  TempDir tmp;
+  FiveTensors module;
+  const std::string dir = tmp / "vae";
+  fs::create_directories(dir);
+  remat::io::save_module(dir + "/diffusion_pytorch_model.fp16.safetensors", module);
+  remat::io::save_module(dir + "/diffusion_pytorch_model.safetensors", module);
+  EXPECT_EQ(find_component_weights(dir).files, std::vector<std::string>{dir + "/diffusion_pytorch_model.safetensors"});
+  EXPECT_EQ(find_component_weights(dir, "fp16").files,
+            std::vector<std::string>{dir + "/diffusion_pytorch_model.fp16.safetensors"});
+  // A sharded variant: its index names the shards.
+  save_component(tmp / "sharded", module, "{}", 1);
+  const std::string sharded = tmp / "sharded";
+  fs::rename(sharded + "/diffusion_pytorch_model.safetensors.index.json",
+             sharded + "/diffusion_pytorch_model.safetensors.index.bf16.json");
+  const ComponentWeights w = find_component_weights(sharded, "bf16");
+  EXPECT_EQ(w.index.value_or(""), sharded + "/diffusion_pytorch_model.safetensors.index.bf16.json");
+  EXPECT_GE(w.files.size(), 2u);
+  EXPECT_EQ(open_component_weights(sharded, "bf16").size(), w.files.size());
+  FiveTensors loaded;
+  for (auto& p : loaded.parameters()) p.data().zero_();
+  load_component(sharded, loaded, {}, "bf16");
+  for (size_t i = 0; i < module.parameters().size(); ++i) {
+    EXPECT_TRUE(torch::equal(loaded.parameters()[i], module.parameters()[i]));
+  }
+  // Asked for and absent: the variant, the names expected and what is there.
+  const std::string msg = error_of([&] { find_component_weights(dir, "bf16"); });
+  EXPECT_NE(msg.find("the 'bf16' variant"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("diffusion_pytorch_model.bf16.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.safetensors.index.bf16.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("found only diffusion_pytorch_model.safetensors"), std::string::npos) << msg;
+  // A name that could reach another directory is not a variant.
+  for (const char* bad : {"../x", "fp16/x", "a.b", ""}) {
+    EXPECT_NE(error_of([&] { check_weights_variant(bad); }).find("variant must be a name"), std::string::npos) << bad;
+  }
+  EXPECT_NE(error_of([&] { find_component_weights(dir, "../vae"); }).find("variant must be a name"), std::string::npos);
 }
 
 // diffusers' from_pretrained takes the index when both layouts of one name exist; the two names

@@ -20,6 +20,7 @@
 #include "remat/util/files.h"
 #include "remat/memory.h"
 #include "remat/io/hub_cache.h"
+#include "remat/models/component_weights.h"
 #include "remat/sample/pipeline.h"
 #include "remat/image/png_file.h"
 #include "remat/train/memory/base_precision.h"
@@ -98,6 +99,7 @@ int run_sample(const std::vector<std::string>& args) {
   sample::SamplingSettings settings;
   int64_t seed = 0, max_length = 512, tiling_above = 1024, threads = 0;
   std::string revision = "main";
+  std::string variant;
   std::optional<std::string> image;
   int64_t max_area = 1024 * 1024;
   bool image_auto_resize = true;
@@ -109,6 +111,8 @@ int run_sample(const std::vector<std::string>& args) {
   app.add_option("--revision", revision, "The revision of a --pipeline given as a hub id: a branch, a tag or a "
                  "commit hash")
       ->capture_default_str();
+  app.add_option("--variant", variant, "The weights variant to read (diffusers' variant=): every component's "
+                 "<name>.<variant>.safetensors, e.g. fp16; unset: the plain files");
   app.add_option("--prompt", prompts, "A prompt (repeat for several pictures)");
   app.add_option("--prompt_file", prompt_file, "A text file with one prompt per line (blank lines skipped)");
   app.add_option("--negative_prompt", negative_prompt,
@@ -192,6 +196,8 @@ int run_sample(const std::vector<std::string>& args) {
 
   sample::PipelineOptions options;
   options.folder = folder;
+  if (!variant.empty()) models::check_weights_variant(variant);
+  options.variant = variant;
   options.dtype = dtype == "float32" || dtype == "fp32" ? at::kFloat : at::kBFloat16;
   options.device = parse_device(device_text);
   options.max_sequence_length = max_length;

@@ -50,6 +50,7 @@ struct CacheShare {
 
 struct CacheOptions {
   std::string pipeline_folder;  ///< the diffusers pipeline folder with the family's encoders
+  std::string variant;          ///< the encoders' weights variant (models::find_component_weights); empty: plain
   /// The model family's encoders (its ModelFamily::encoders): what encodes the pictures and the
   /// captions, and the folder components that identify the entries they make.
   encoders::FamilyEncoders encoders;

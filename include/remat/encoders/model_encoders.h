@@ -92,8 +92,10 @@ struct REMAT_API FamilyEncoders {
   bool available() const { return static_cast<bool>(load_text) && static_cast<bool>(load_image); }
   /// text_components and image_components together (for PipelineFolder::open).
   std::vector<std::string> components(bool text = true, bool image = true) const;
-  /// PipelineFolder::open of `root` in this layout with `required` components.
-  PipelineFolder open(const std::string& root, const std::vector<std::string>& required) const;
+  /// PipelineFolder::open of `root` in this layout with `required` components (their weights of
+  /// `variant`, when given).
+  PipelineFolder open(const std::string& root, const std::vector<std::string>& required,
+                      const std::string& variant = {}) const;
 };
 
 }  // namespace remat::encoders

@@ -69,6 +69,9 @@ struct PipelineComponent {
 struct REMAT_API PipelineFolder {
   std::string root;
   std::string diffusers_version;  ///< model_index.json's `_diffusers_version` (empty if absent)
+  /// The weights variant read from every component (models::find_component_weights); empty: the
+  /// plain files.
+  std::string variant;
   /// The required components and every other component model_index.json names that exists on
   /// disk or is overridden, by name.
   std::map<std::string, PipelineComponent> components;
@@ -80,11 +83,11 @@ struct REMAT_API PipelineFolder {
   /// component name) replaces where it is looked for. Each needs its kind's marker file, and weight
   /// components their weights (find_component_weights): for FluxPipeline config.json and weights
   /// for transformer, vae, text_encoder and text_encoder_2, tokenizer_config.json for the
-  /// tokenizers, scheduler_config.json for the scheduler. Throws naming the folder, the component
-  /// and what was expected.
+  /// tokenizers, scheduler_config.json for the scheduler. With `variant`, weight components need
+  /// that variant's files. Throws naming the folder, the component and what was expected.
   static PipelineFolder open(const std::string& root, const std::vector<std::string>& required_components,
                              const std::map<std::string, ComponentOverride>& overrides = {},
-                             const PipelineLayout& layout = flux_pipeline_layout());
+                             const PipelineLayout& layout = flux_pipeline_layout(), const std::string& variant = {});
 
   /// The directory of `name`; throws naming the folder when it was not resolved.
   const std::string& directory(const std::string& name) const;
@@ -100,10 +103,11 @@ REMAT_API bool is_pipeline_folder(const std::string& dir);
 REMAT_API bool is_component_folder(const std::string& dir);
 
 /// Resolves a component directory from a user-given path: a pipeline folder (validated by
-/// PipelineFolder::open with `component` required and `override`), or a component folder alone.
-/// Throws naming the path when it is neither.
+/// PipelineFolder::open with `component` required and `override`), or a component folder alone;
+/// its weights of `variant` when given. Throws naming the path when it is neither.
 REMAT_API std::string resolve_component_directory(const std::string& path, const std::string& component,
                                                   const std::optional<ComponentOverride>& override = {},
-                                                  const PipelineLayout& layout = flux_pipeline_layout());
+                                                  const PipelineLayout& layout = flux_pipeline_layout(),
+                                                  const std::string& variant = {});
 
 }  // namespace remat::encoders

@@ -41,16 +41,25 @@ struct ComponentWeights {
 /// diffusers' from_pretrained, and files of both names at once are ambiguous (an error). Reads and checks the index (remat/util/bounded_json.h
 /// bounds; an object with a `weight_map` object of key -> plain file name in the same directory).
 /// Throws naming the directory and what was expected when there is none or more than one, when
-/// only variant files (`*.fp16.safetensors` ...) or pickle files (`*.bin`) exist (not read: a
-/// variant must be renamed to the plain names, and pickles can run code), or when the index is
-/// malformed. Does not open the shards.
-REMAT_API ComponentWeights find_component_weights(const std::string& component_dir);
+/// only another variant's files (`*.fp16.safetensors` ...) or pickle files (`*.bin`, never read:
+/// pickles can run code) exist, or when the index is malformed. Does not open the shards.
+///
+/// `variant` (diffusers' and transformers' `variant=` of from_pretrained, SimpleTuner's --variant):
+/// non-empty, the variant's files are read instead, `<base>.<variant>.safetensors` or
+/// `<base>.safetensors.index.<variant>.json` (the shards are those the index names); a directory
+/// without them is an error naming the variant, the names expected and the files present.
+REMAT_API ComponentWeights find_component_weights(const std::string& component_dir, const std::string& variant = {});
+
+/// Throws c10::ValueError unless `variant` is a weights variant name: 1 to 64 letters, digits,
+/// '_' and '-' ("fp16", "bf16", "non_ema"; nothing that could name another directory).
+REMAT_API void check_weights_variant(const std::string& variant);
 
 /// find_component_weights, then opens and validates every weight file. For a sharded component
 /// the index and the shards must agree exactly: a shard the index names must exist, every key the
 /// index maps to a shard must be in that shard, and every key in a shard must be mapped by the
 /// index to that shard; each violation throws naming the index, the shard and the key.
-REMAT_API std::vector<io::SafetensorsFile> open_component_weights(const std::string& component_dir);
+REMAT_API std::vector<io::SafetensorsFile> open_component_weights(const std::string& component_dir,
+                                                                 const std::string& variant = {});
 
 /// Loads the component in `component_dir` into `module`, converting each tensor straight from
 /// the mapping into the dtype of its destination (no intermediate copy: a bf16 file loads into
@@ -58,7 +67,7 @@ REMAT_API std::vector<io::SafetensorsFile> open_component_weights(const std::str
 /// first and one error lists each missing, unexpected or shape-mismatched key with the file that
 /// holds it; the module is untouched on error.
 REMAT_API io::LoadReport load_component(const std::string& component_dir, torch::nn::Module& module,
-                                        const io::LoadOptions& options = {});
+                                        const io::LoadOptions& options = {}, const std::string& variant = {});
 
 /// The shard size of the hub's writers: 10 GB, as diffusers' save_pretrained defaults to.
 inline constexpr uint64_t kDefaultMaxShardBytes = uint64_t{10} * 1000 * 1000 * 1000;

@@ -16,7 +16,8 @@ namespace remat::models {
 /// Loads `file_or_component_dir` strictly into `model` (models::load_flux_weights): a folder's
 /// weight files are found and checked with open_component_weights. Throws c10::ValueError /
 /// c10::Error naming the file and key on any problem; the model is untouched then.
-REMAT_API void load_flux_transformer_weights(models::FluxImpl& model, const std::string& file_or_component_dir);
+REMAT_API void load_flux_transformer_weights(models::FluxImpl& model, const std::string& file_or_component_dir,
+                                             const std::string& variant = {});
 
 /// The FluxConfig for `file_or_component_dir`: the folder's config.json, else (a single BFL file
 /// without a config) the config inferred from its shapes (models::flux_config_from_bfl); nullopt

@@ -45,6 +45,8 @@ REMAT_API LoraSpec parse_lora_spec(const std::string& text);
 
 struct PipelineOptions {
   std::string folder;  ///< the diffusers pipeline folder (model_index.json)
+  /// The weights variant every component is read in (models::find_component_weights); empty: plain.
+  std::string variant;
   std::vector<LoraSpec> loras;
   /// Weights and computation of every model: bfloat16 (as the published files) or float32.
   at::ScalarType dtype = at::kBFloat16;

@@ -165,7 +165,7 @@ std::string image_pipeline_folder(const TrainConfig& config) {
   }
   try {
     const auto& encoders = model_family(config.model_family).encoders;
-    encoders.open(path, encoders.components());
+    encoders.open(path, encoders.components(), config.variant.value_or(""));
   } catch (const c10::ValueError& e) {
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] an image run needs the pipeline folder's encoders: " +
@@ -178,6 +178,7 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
                                    bool terminal, const data::CacheShare& share) {
   data::CacheOptions options;
   options.pipeline_folder = image_pipeline_folder(config);
+  options.variant = config.variant.value_or("");
   options.encoders = model_family(config.model_family).encoders;
   options.dtype = config.mixed_precision == "bf16" ? "bf16" : "fp32";
   options.device = at::Device(config.device);  // resolved by load_train_config ("auto" -> cpu / cuda)

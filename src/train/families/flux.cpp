@@ -99,13 +99,13 @@ class FluxTransformer final : public Transformer {
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::Flux model(config);
       // Either layout (diffusers or BFL), a file or a component folder.
-      if (spec.weights) models::load_flux_transformer_weights(*model, *spec.weights);
+      if (spec.weights) models::load_flux_transformer_weights(*model, *spec.weights, spec.variant);
       return model;
     }
     // Quantised without ever holding the float32 model: each base Linear's weight is quantised
     // as it streams from the file (or as it is initialised), one at a time.
     if (!spec.weights) return models::make_quantized_flux(config, spec.base_precision);
-    const auto files = support::open_weight_files(*spec.weights);
+    const auto files = support::open_weight_files(*spec.weights, spec.variant);
     return models::make_quantized_flux(config, spec.base_precision, &files);
   }
 

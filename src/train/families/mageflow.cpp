@@ -56,12 +56,12 @@ class MageFlowTransformer final : public Transformer {
     const models::MageFlowConfig config = mageflow_config_of(spec);
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::MageFlow model(config);
-      load_weights(*model, spec.weights);
+      load_weights(*model, spec.weights, spec.variant);
       return model;
     }
     // Quantised as the weights stream by (remat/models/quantized_loading.h).
     if (!spec.weights) return models::make_quantized_mageflow(config, spec.base_precision);
-    const auto files = support::open_weight_files(*spec.weights);
+    const auto files = support::open_weight_files(*spec.weights, spec.variant);
     return models::make_quantized_mageflow(config, spec.base_precision, &files);
   }
 

@@ -23,7 +23,8 @@ std::string resolved_line(const std::string& option, const io::HubSnapshot& s) {
 // The snapshot holds what training reads from pretrained_model_name_or_path: a pipeline folder
 // (with a transformer unless an override supplies it) or a transformer folder. A failure names
 // the hub id, the revision and the command that fetches the rest.
-void check_model_snapshot(const io::HubSnapshot& s, const encoders::PipelineLayout& layout, bool needs_transformer) {
+void check_model_snapshot(const io::HubSnapshot& s, const encoders::PipelineLayout& layout, bool needs_transformer,
+                          const std::string& variant) {
   const std::string context = " (pretrained_model_name_or_path " + s.repo_id + " at revision " + s.revision +
                               ", snapshot " + s.directory + "; remat does not download: fetch the missing files with `" +
                               io::hub_download_command(s.repo_id, s.revision) + "`)";
@@ -31,9 +32,9 @@ void check_model_snapshot(const io::HubSnapshot& s, const encoders::PipelineLayo
     if (encoders::is_pipeline_folder(s.directory)) {
       encoders::PipelineFolder::open(s.directory,
                                      needs_transformer ? std::vector<std::string>{"transformer"} : std::vector<std::string>{},
-                                     {}, layout);
+                                     {}, layout, variant);
     } else if (encoders::is_component_folder(s.directory)) {
-      encoders::resolve_component_directory(s.directory, "transformer", std::nullopt, layout);
+      encoders::resolve_component_directory(s.directory, "transformer", std::nullopt, layout, variant);
     } else {
       throw_value_error("[train] the snapshot holds neither model_index.json (a diffusers pipeline) nor config.json "
                         "(a transformer folder)");
@@ -68,7 +69,8 @@ std::vector<std::string> resolve_hub_models(TrainConfig& config) {
   if (model) {
     try {
       if (const auto s = io::hub_snapshot_unless_local(*model, revision, {}, "train")) {
-        check_model_snapshot(*s, family.encoders.layout, !config.pretrained_transformer_model_name_or_path);
+        check_model_snapshot(*s, family.encoders.layout, !config.pretrained_transformer_model_name_or_path,
+                             config.variant.value_or(""));
         log.push_back(resolved_line("pretrained_model_name_or_path", *s));
         model = s->directory;
       }

@@ -41,6 +41,7 @@ std::string ModelSource::describe() const {
 ModelSource resolve_model_source(const TrainConfig& config) {
   // The family's pipeline folders: their model_index.json class and components.
   const encoders::PipelineLayout& layout = model_family(config.model_family).encoders.layout;
+  const std::string variant = config.variant.value_or("");  // every component's weights
   std::map<std::string, encoders::ComponentOverride> overrides;
   // SimpleTuner loads a transformer override ending in .safetensors with from_single_file (a
   // diffusers- or Black Forest Labs-layout file), taking the config from the pipeline folder.
@@ -81,7 +82,7 @@ ModelSource resolve_model_source(const TrainConfig& config) {
     // The folder is validated with every override in place (a broken override fails here too).
     const auto folder = encoders::PipelineFolder::open(
         *path, transformer_file ? std::vector<std::string>{} : std::vector<std::string>{"transformer"}, overrides,
-        layout);
+        layout, variant);
     if (folder.components.count("transformer")) transformer_dir = folder.directory("transformer");
     if (folder.components.count("vae")) source.vae_directory = folder.directory("vae");
     source.pipeline_folder = *path;
@@ -89,7 +90,7 @@ ModelSource resolve_model_source(const TrainConfig& config) {
     if (overrides.count("transformer")) {
       // The override names the transformer; pretrained_model_name_or_path (if set) is not read.
       transformer_dir = encoders::resolve_component_directory(overrides["transformer"].path, "transformer",
-                                                               overrides["transformer"], layout);
+                                                               overrides["transformer"], layout, variant);
     } else if (transformer_file) {
       // The file is the transformer; pretrained_model_name_or_path (if set) is not read for it.
     } else if (path && is_dir(*path)) {
@@ -99,7 +100,7 @@ ModelSource resolve_model_source(const TrainConfig& config) {
                           "transformer folder (config.json with diffusion_pytorch_model.safetensors or its "
                           "shard index)");
       }
-      transformer_dir = encoders::resolve_component_directory(*path, "transformer", std::nullopt, layout);
+      transformer_dir = encoders::resolve_component_directory(*path, "transformer", std::nullopt, layout, variant);
     } else if (path) {
       std::error_code ec;
       if (!fs::exists(*path, ec)) {
@@ -111,7 +112,8 @@ ModelSource resolve_model_source(const TrainConfig& config) {
       source.weights = *path;
     }
     if (overrides.count("vae")) {
-      source.vae_directory = encoders::resolve_component_directory(overrides["vae"].path, "vae", overrides["vae"], layout);
+      source.vae_directory =
+          encoders::resolve_component_directory(overrides["vae"].path, "vae", overrides["vae"], layout, variant);
     }
   }
   if (transformer_file) {
@@ -134,6 +136,7 @@ TransformerSpec transformer_spec_of(const TrainConfig& config, const ModelSource
   spec.flavour = config.model_flavour;
   spec.config_json = source.config_json;
   spec.weights = source.weights;
+  spec.variant = config.variant.value_or("");
   return spec;
 }
 

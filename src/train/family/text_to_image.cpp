@@ -50,6 +50,7 @@ class FamilyTextToImage final : public FamilyPipeline {
       const std::string dir = folder_.directory("transformer");
       spec_.config_json = (fs::path(dir) / "config.json").string();
       spec_.weights = dir;
+      spec_.variant = folder_.variant;
     }
     const auto& editing = family.picture_editing_pipeline_classes;
     edits_pictures_ = !folder_.root.empty() &&
@@ -186,7 +187,8 @@ const ModelFamily& family_of_pipeline(const std::string& folder) {
 }
 
 std::unique_ptr<FamilyPipeline> make_text_to_image(const ModelFamily& family, const std::string& folder,
-                                                   const std::string& flavour, const TransformerSpec* transformer) {
+                                                   const std::string& flavour, const TransformerSpec* transformer,
+                                                   const std::string& variant) {
   if (!family.samples()) {
     throw_value_error("[sample] model_family '" + family.name + "' (" + family.display_name +
                       ") has no encoders or scheduler in remat: it trains from latent caches, but cannot render "
@@ -196,7 +198,7 @@ std::unique_ptr<FamilyPipeline> make_text_to_image(const ModelFamily& family, co
   if (transformer == nullptr) components.push_back("transformer");
   // Without a flavour to pick a published scheduler by, the folder must have its own.
   if (flavour.empty()) components.push_back("scheduler");
-  return std::make_unique<FamilyTextToImage>(family, family.encoders.open(folder, components), flavour,
+  return std::make_unique<FamilyTextToImage>(family, family.encoders.open(folder, components, variant), flavour,
                                              transformer);
 }
 
@@ -218,7 +220,8 @@ std::vector<at::Tensor> run_text_to_image(const sample::PipelineOptions& options
                                           const std::vector<sample::SampleRequest>& requests,
                                           const sample::PipelineEvents& events) {
   sample::check_requests(requests);
-  const auto pipeline = make_text_to_image(family_of_pipeline(options.folder), options.folder);
+  const auto pipeline = make_text_to_image(family_of_pipeline(options.folder), options.folder, "", nullptr,
+                                           options.variant);
   return sample::run_pipeline(*pipeline, options, requests, events);
 }
 

@@ -41,20 +41,20 @@ std::vector<at::Tensor> trainable(const torch::nn::Module& module) {
   return out;
 }
 
-void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights) {
+void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights, const std::string& variant) {
   if (!weights) return;
   std::error_code ec;
   if (std::filesystem::is_directory(*weights, ec)) {
     // A component folder: one file or shards with an index (remat/encoders/pipeline_folder.h).
-    models::load_component(*weights, module);  // strict: names each key and its file
+    models::load_component(*weights, module, {}, variant);  // strict: names each key and its file
     return;
   }
   io::load_state_dict_into(module, *weights);  // strict: names every missing/unexpected key
 }
 
-std::vector<io::SafetensorsFile> open_weight_files(const std::string& weights) {
+std::vector<io::SafetensorsFile> open_weight_files(const std::string& weights, const std::string& variant) {
   std::error_code ec;
-  if (std::filesystem::is_directory(weights, ec)) return models::open_component_weights(weights);
+  if (std::filesystem::is_directory(weights, ec)) return models::open_component_weights(weights, variant);
   std::vector<io::SafetensorsFile> files;
   files.push_back(io::SafetensorsFile::open(weights));
   return files;

@@ -25,10 +25,10 @@ bool any_requires_grad(const torch::nn::Module& module);
 /// The parameters of `module` that require grad.
 std::vector<at::Tensor> trainable(const torch::nn::Module& module);
 /// Loads `weights` strictly into `module` when given (every missing/unexpected key named).
-void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights);
+void load_weights(torch::nn::Module& module, const std::optional<std::string>& weights, const std::string& variant = {});
 /// The safetensors files of `weights`: a component folder's (one file or checked shards,
 /// models::open_component_weights) or the one file; mmap'd, nothing read yet.
-std::vector<io::SafetensorsFile> open_weight_files(const std::string& weights);
+std::vector<io::SafetensorsFile> open_weight_files(const std::string& weights, const std::string& variant = {});
 /// synthetic_batch's counts must be >= 1: throws c10::ValueError naming the first that is not.
 void check_synthetic_counts(const std::string& family, int64_t batch, int64_t image_tokens,
                             int64_t text_tokens);

@@ -126,6 +126,15 @@ std::vector<OptionSpec> build_registry() {
                "pretrained_transformer_model_name_or_path, pretrained_vae_model_name_or_path) and to "
                "the flavour's default id. The revision must be in the local cache.")
       .default_note("unset (main)"));
+  add(Opt(kModel, "variant", T::String, bind_field(&C::variant),
+          "The weights variant to read: <name>.<variant>.safetensors (fp16, bf16, non_ema ...)")
+      .nullable()
+      .pattern("^[A-Za-z0-9_-]{1,64}$", "a variant name: 1 to 64 letters, digits, '_' or '-'")
+      .tooltip("As diffusers' variant= and SimpleTuner's --variant: every component (transformer, VAE, "
+               "text encoders) is read from its variant files, diffusion_pytorch_model.fp16.safetensors or "
+               "the shard index diffusion_pytorch_model.safetensors.index.fp16.json (model.* for "
+               "transformers' components). A component without them is an error naming what is there.")
+      .default_note("unset (the plain files)"));
   add(Opt(kModel, "pretrained_transformer_model_name_or_path", T::Path,
           bind_field(&C::pretrained_transformer_model_name_or_path),
           "Take the transformer from this pipeline or transformer folder instead")

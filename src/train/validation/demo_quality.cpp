@@ -287,7 +287,8 @@ DemoQualityReport measure_demo_quality(const TrainConfig& config, const DemoQual
   log("[demo-quality] " + source.describe());
   auto model = make_transformer(spec, at::Device(at::kCPU));
   model->module().eval();
-  const auto pipeline = make_text_to_image(family, image_pipeline_folder(config), config.model_flavour, &spec);
+  const auto pipeline = make_text_to_image(family, image_pipeline_folder(config), config.model_flavour, &spec,
+                                           config.variant.value_or(""));
   const int64_t vae_scale_factor = pipeline->vae_scale_factor();
   report.pixels = report.latent_size * vae_scale_factor;
   const auto denoiser = pipeline->denoiser_for(*model);

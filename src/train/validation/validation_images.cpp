@@ -191,7 +191,7 @@ std::string validation_pipeline_folder(const TrainConfig& config) {
                               "'" + (path.empty() ? " (unset)" : "") + off);
   }
   try {
-    family.encoders.open(path, family.encoders.components());
+    family.encoders.open(path, family.encoders.components(), config.variant.value_or(""));
   } catch (const c10::ValueError& e) {
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] validation images need the pipeline folder's encoders: " +

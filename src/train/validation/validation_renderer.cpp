@@ -90,7 +90,7 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log, std
   // The pipeline's encoders and scheduler with the run's own transformer (checked to fit them).
   const TransformerSpec transformer = transformer_spec_of(config, resolve_model_source(config));
   s.pipeline = make_text_to_image(model_family(config.model_family), s.pipeline_folder, config.model_flavour,
-                                  &transformer);
+                                  &transformer, config.variant.value_or(""));
 
   const auto start = std::chrono::steady_clock::now();
   memory::PeakScope peak;

@@ -18,6 +18,7 @@
 #include "temp_dir.h"
 #include "value_error.h"
 #include "flux_tiny_dataset.h"
+#include "variant_folder.h"
 
 namespace remat::train {
 namespace {
@@ -94,6 +95,22 @@ TEST_F(PipelineSourceTest, TransformerOverrideWinsOverTheFolder) {
                                        "--pretrained_transformer_subfolder=transformer"});
   EXPECT_EQ(resolve_model_source(cfg).weights.value_or(""), dir_ / "pipe/transformer");
   expect_trained_from_folder(run_training(cfg, quiet_hooks()));
+}
+
+// --variant (SimpleTuner's, diffusers' variant=): a folder of fp16 files trains from them, and
+// without the option its error says how to read them.
+TEST_F(PipelineSourceTest, AVariantFolderTrainsWithItsVariant) {
+  remat::testing::copy_as_variant(dir_ / "pipe", dir_ / "pipe-fp16", "fp16");
+  const auto cfg = config("variant", {"--pretrained_model_name_or_path=" + dir_ / "pipe-fp16", "--variant=fp16"});
+  EXPECT_EQ(transformer_spec_of(cfg, resolve_model_source(cfg)).variant, "fp16");
+  expect_trained_from_folder(run_training(cfg, quiet_hooks()));
+  const std::string msg = error_of([&] {
+    resolve_model_source(config("plain", {"--pretrained_model_name_or_path=" + dir_ / "pipe-fp16"}));
+  });
+  EXPECT_NE(msg.find("diffusion_pytorch_model.safetensors.index.fp16.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("read with variant set to its name"), std::string::npos) << msg;
+  std::vector<std::string> warnings;
+  EXPECT_NE(error_of([&] { load_train_config({"--variant=../x"}, warnings); }).find("variant"), std::string::npos);
 }
 
 TEST_F(PipelineSourceTest, BadSourcesNameThePathAndWhatWasExpected) {

@@ -29,6 +29,7 @@
 #include "remat/train/family/text_to_image.h"
 #include "temp_dir.h"
 #include "value_error.h"
+#include "variant_folder.h"
 
 namespace remat::sample {
 namespace {
@@ -408,6 +409,21 @@ TEST(LoraSpecTest, ScaleIsATrailingNumber) {
   EXPECT_EQ(spec.path, "a.safetensors:inf");
   EXPECT_NE(error_of([] { parse_lora_spec(":0.5"); }).find("--lora"), std::string::npos);
   EXPECT_NE(error_of([] { parse_lora_spec(""); }).find("--lora"), std::string::npos);
+}
+
+// A pipeline folder of fp16 variant files samples with --variant fp16 (every component read from
+// its variant files) the same picture as the plain folder; without it, the error says so.
+TEST_F(PipelineTest, AVariantFolderSamplesWithItsVariant) {
+  const at::Tensor plain = run_one();
+  const std::string variant = *dir_ / "variant";
+  if (!fs::exists(variant)) remat::testing::copy_as_variant(folder(), variant, "fp16");
+  options_.folder = variant;
+  options_.variant = "fp16";
+  EXPECT_TRUE(at::equal(run_one(), plain));
+  options_.variant.clear();
+  const std::string msg = error_of([&] { run_one(); });
+  EXPECT_NE(msg.find("fp16"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("read with variant set to its name"), std::string::npos) << msg;
 }
 
 // FLUX.1 Kontext: a folder whose model_index.json names FluxKontextPipeline edits the request's

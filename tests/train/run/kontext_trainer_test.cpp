@@ -78,6 +78,12 @@ TEST(KontextLoss, IsTheLossOfTheTargetTokensWithTheReferenceAppended) {
   const at::Tensor expected = at::mse_loss(prediction, noise - x0);
   EXPECT_TRUE(at::allclose(loss, expected, 1e-6, 1e-7)) << loss.item<float>() << " vs " << expected.item<float>();
 
+  // The planner profiles blocks on the longer image stream: 6 target + 3 reference tokens.
+  const auto probes = transformer->block_probes(batch);
+  ASSERT_EQ(probes.size(), 2u);
+  EXPECT_EQ(probes[0].state[0].size(1), 6 + 3);      // the double blocks' image stream
+  EXPECT_EQ(probes[1].state[0].size(1), 5 + 6 + 3);  // the single blocks' joint sequence
+
   // The reference is read: another one gives another loss.
   batch.conditioning_latents = torch::randn({2, 16, 6, 2});
   at::Generator g3 = at::make_generator<at::CPUGeneratorImpl>(9);

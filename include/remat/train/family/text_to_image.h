@@ -35,11 +35,13 @@ REMAT_API const ModelFamily& family_of_pipeline(const std::string& folder);
 /// components and checked with its check_pipeline). Its transformer is `transformer` when given
 /// (validation: the run's own), else the folder's transformer/ component. The folder's
 /// scheduler/ samples; a folder without one samples with the published scheduler of `flavour`,
-/// and must have one when `flavour` is empty. Throws c10::ValueError for a family that does not
-/// sample or a folder without its components.
+/// and must have one when `flavour` is empty. Every component's weights are read in `variant`
+/// (models::find_component_weights) when it is given. Throws c10::ValueError for a family that does
+/// not sample or a folder without its components.
 REMAT_API std::unique_ptr<FamilyPipeline> make_text_to_image(const ModelFamily& family, const std::string& folder,
                                                              const std::string& flavour = "",
-                                                             const TransformerSpec* transformer = nullptr);
+                                                             const TransformerSpec* transformer = nullptr,
+                                                             const std::string& variant = {});
 
 /// Builds `spec`'s transformer on the CPU (make_transformer: in spec.dtype, its base quantised as
 /// spec.base_precision says), merges `loras` with the scales of `specs`, in order

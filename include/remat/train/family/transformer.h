@@ -42,6 +42,9 @@ struct TransformerSpec {
   std::string flavour;                      ///< a model_flavour of the family (or a models:: preset name); empty: its small one
   std::optional<std::string> config_json;   ///< a diffusers-style config.json (overrides flavour)
   std::optional<std::string> weights;       ///< a .safetensors file or a component folder (config.json + weights, possibly sharded) to load strictly
+  /// The weights variant of a component folder (`<base>.<variant>.safetensors`,
+  /// models::find_component_weights); empty: the plain files.
+  std::string variant;
   /// How the frozen base's Linear weights are stored (base_model_precision): none keeps them in
   /// float32; otherwise the Linears models::is_quantized_linear_name picks are quantised (for
   /// LoRA: apply_lora wraps them afterwards, training only the factors).

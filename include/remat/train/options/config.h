@@ -298,6 +298,9 @@ struct TrainConfig {
   std::optional<int64_t> validation_seed;
   /// Do not render the empty prompt (shortname "unconditional") alongside the prompts.
   bool validation_disable_unconditional = false;
+  /// The weights variant every component is read in (SimpleTuner's --variant, diffusers'
+  /// `variant=`): `<base>.<variant>.safetensors`; unset: the plain files.
+  std::optional<std::string> variant;
   /// SimpleTuner's prompt library: a JSON object {shortname: prompt or {"prompt": ...}}.
   std::optional<std::string> user_prompt_library;
   /// FLUX.1 Kontext: the edits rendered at each validation, per paired image dataset (SimpleTuner's
