@@ -32,6 +32,7 @@ std::string rate(int64_t count, double seconds, const char* unit) {
   std::snprintf(out, sizeof(out), " (%.2f %s/s)", static_cast<double>(count) / seconds, unit);
   return out;
 }
+
 // A flavour that trains on pairs (Kontext) needs a conditioning dataset for every image dataset,
 // as SimpleTuner's requires_conditioning_dataset; any other flavour would ignore the references.
 void check_pairs_fit_flavour(const TrainConfig& config, const std::string& option, const std::string& value,
@@ -64,6 +65,7 @@ void check_pairs_fit_flavour(const TrainConfig& config, const std::string& optio
     }
   }
 }
+
 }  // namespace
 
 bool is_latent_cache_dir(const std::string& path) {
