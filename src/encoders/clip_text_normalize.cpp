@@ -92,8 +92,6 @@ std::u32string from_icu(const icu::UnicodeString& s) {
   return out;
 }
 
-// The regex's `\s` in the `regex` module: Unicode White_Space.
-bool is_regex_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)) != 0; }
 
 bool starts_with(const std::u32string& text, size_t i, const std::u32string& prefix) {
   return text.compare(i, prefix.size(), prefix) == 0;
@@ -149,6 +147,17 @@ std::string utf8_with_replacement(const std::string& bytes) {
   return code_points_to_utf8(out);
 }
 
+std::u32string nfc(const std::u32string& text) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
+  TORCH_CHECK(U_SUCCESS(status), "[tokenizer] ICU has no NFC normaliser: ", u_errorName(status));
+  const icu::UnicodeString normalized = normalizer->normalize(to_icu(text), status);
+  TORCH_CHECK(U_SUCCESS(status), "[tokenizer] NFC normalisation failed: ", u_errorName(status));
+  return from_icu(normalized);
+}
+
+bool is_white_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)) != 0; }
+
 std::u32string clean_caption(const std::u32string& text) {
   // _clean_text, then _tokenize_chinese_chars.
   std::u32string cleaned;
@@ -166,12 +175,7 @@ std::u32string clean_caption(const std::u32string& text) {
     }
   }
   // NFC ("prevents treating the same character with different code points as different").
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(status);
-  TORCH_CHECK(U_SUCCESS(status), "[clip] ICU has no NFC normaliser: ", u_errorName(status));
-  const icu::UnicodeString normalized = nfc->normalize(to_icu(cleaned), status);
-  TORCH_CHECK(U_SUCCESS(status), "[clip] NFC normalisation failed: ", u_errorName(status));
-  const std::u32string nfc_text = from_icu(normalized);
+  const std::u32string nfc_text = nfc(cleaned);
 
   // whitespace_tokenize (str.split()), lower() per word, " ".join.
   std::u32string out;
@@ -219,8 +223,8 @@ std::vector<std::u32string> split_words(const std::u32string& text) {
       while (j < text.size() && is_letter(text[j])) ++j;
     } else if (is_number(c)) {
       // one character: "12" is two words
-    } else if (!is_regex_space(c)) {
-      while (j < text.size() && !is_letter(text[j]) && !is_number(text[j]) && !is_regex_space(text[j])) ++j;
+    } else if (!is_white_space(c)) {
+      while (j < text.size() && !is_letter(text[j]) && !is_number(text[j]) && !is_white_space(text[j])) ++j;
     } else {
       ++i;  // whitespace matches no alternative
       continue;

@@ -1,6 +1,7 @@
 #pragma once
-// Private text handling of the CLIP tokenizer: UTF-8 <-> code points, the clean-up transformers'
-// CLIPTokenizer runs when ftfy is absent, the pre-tokenizer regex, and the byte <-> symbol table.
+// Private text handling of the byte-level BPE tokenizers (CLIP's, and Qwen2's in qwen2_tokenizer.cpp):
+// UTF-8 <-> code points, NFC and Unicode White_Space (ICU), the clean-up transformers' CLIPTokenizer
+// runs when ftfy is absent, CLIP's pre-tokenizer regex, and the byte <-> symbol table.
 
 #include <array>
 #include <string>
@@ -15,6 +16,11 @@ std::string code_points_to_utf8(const std::u32string& text);
 /// Bytes decoded as Python's bytes.decode("utf-8", errors="replace") does: each maximal invalid
 /// subpart becomes U+FFFD.
 std::string utf8_with_replacement(const std::string& bytes);
+
+/// Unicode normalisation form C (ICU's Normalizer2).
+std::u32string nfc(const std::u32string& text);
+/// Unicode's White_Space property: `\s` of the regex engines the tokenizers' patterns run on.
+bool is_white_space(char32_t c);
 
 /// transformers' BasicTokenizer(strip_accents=False, do_split_on_punc=False).tokenize(text),
 /// joined with single spaces: NUL, U+FFFD and control characters (category C* but \t \n \r)

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "remat/models/layers.h"
 #include "remat/util/error.h"
 
 namespace remat::encoders {
@@ -40,16 +41,13 @@ std::shared_ptr<nn::Module> container(nn::Module& parent, const std::string& nam
   return parent.register_module(name, std::make_shared<nn::Module>());
 }
 
-// The weight (and bias) of an affine norm (nn.LayerNorm's keys).
+// The weight and bias of an affine LayerNorm2d (nn.LayerNorm's keys).
 struct AffineParams {
   at::Tensor weight, bias;
 };
-AffineParams affine(nn::Module& parent, const std::string& name, int64_t size, bool with_bias) {
+AffineParams affine(nn::Module& parent, const std::string& name, int64_t size) {
   auto holder = container(parent, name);
-  AffineParams p;
-  p.weight = holder->register_parameter("weight", torch::ones({size}));
-  if (with_bias) p.bias = holder->register_parameter("bias", torch::zeros({size}));
-  return p;
+  return {holder->register_parameter("weight", torch::ones({size})), holder->register_parameter("bias", torch::zeros({size}))};
 }
 
 // LayerNorm2d: the channels normalised at each pixel (NHWC layer_norm), eps 1e-6.
@@ -103,8 +101,8 @@ class DiCoBlockImpl : public nn::Module {
     if (modulated_) {
       adaLN_modulation = register_module("adaLN_modulation", nn::Sequential(nn::SiLU(), linear(hidden, 6 * hidden)));
     } else {
-      norm1 = affine(*this, "norm1", hidden, true);
-      norm2 = affine(*this, "norm2", hidden, true);
+      norm1 = affine(*this, "norm1", hidden);
+      norm2 = affine(*this, "norm2", hidden);
     }
   }
   // Replaces the modulation MLP by its output for `c` (upstream's _ConstAdaLN), as a buffer.
@@ -276,7 +274,7 @@ class MageVaeEncoderImpl : public nn::Module {
     t_embedder = register_module("t_embedder", TimestepEmbedder(c.hidden_size));
     blocks = register_module("blocks", nn::ModuleList());
     for (int64_t i = 0; i < c.num_encoder_blocks; ++i) blocks->push_back(DiCoBlock(c.hidden_size, c.mlp_ratio, true));
-    norm_out = affine(*this, "norm_out", c.hidden_size, true);
+    norm_out = affine(*this, "norm_out", c.hidden_size);
     proj_out = register_module("proj_out", conv(c.hidden_size, 2 * c.latent_channels, 1));
   }
   void fold() {
@@ -331,7 +329,7 @@ class MageVaeDecoderImpl : public nn::Module {
     dec_net->register_module("res_blocks", res_blocks);
     final_linear = linear(hx, 3);
     auto final_layer = container(*this, "final_layer");
-    final_norm = affine(*final_layer, "norm", hx, false).weight;
+    final_norm = final_layer->register_module("norm", models::RMSNorm(hx, 1e-6));
     final_layer->register_module("linear", final_linear);
     y_decoder = CodDecoder(c.hidden_size, c.bottleneck_dim, c.attention_window);
     container(*this, "y_embedder")->register_module("decoder", y_decoder);
@@ -363,10 +361,8 @@ class MageVaeDecoderImpl : public nn::Module {
     x = input_proj->forward(x);
     const at::Tensor y = cond_embed->forward(s).reshape({s.size(0), p2, -1});
     for (const auto& block : *res_blocks) x = block->as<MlpResBlockImpl>()->forward(x, y);
-    // NerfFinalLayer: RMSNorm (float32, back to the dtype, times the weight), then the Linear.
-    const at::Tensor xf = x.to(at::kFloat);
-    const at::Tensor normed = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6)).to(x.scalar_type());
-    x = final_linear->forward(final_norm * normed);  // (b L, p2, 3)
+    // NerfFinalLayer: RMSNorm (upstream's: float32, back to the dtype, times the weight), then the Linear.
+    x = final_linear->forward(final_norm->forward(x));  // (b L, p2, 3)
     x = x.transpose(1, 2).reshape({b, L, -1}).transpose(1, 2).contiguous();  // (b, 3 p2, L)
     return F::fold(x, F::FoldFuncOptions({h * ps, w * ps}, {ps, ps}).stride({ps, ps}));
   }
@@ -375,7 +371,7 @@ class MageVaeDecoderImpl : public nn::Module {
   nn::Conv2d y_embedder_x{nullptr}, s_proj1{nullptr}, s_proj2{nullptr};
   nn::Linear x_embedder_linear{nullptr}, cond_embed{nullptr}, input_proj{nullptr}, final_linear{nullptr};
   nn::ModuleList blocks{nullptr}, res_blocks{nullptr};
-  at::Tensor final_norm;
+  models::RMSNorm final_norm{nullptr};
   CodDecoder y_decoder{nullptr};
 
  private:

@@ -10,9 +10,7 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
-#include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
-#include <unicode/unistr.h>
 
 #include "clip_text_normalize.h"
 #include "json_file.h"
@@ -28,7 +26,7 @@ using detail::utf8_to_code_points;
 
 bool is_letter(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_L_MASK) != 0; }
 bool is_number(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_N_MASK) != 0; }
-bool is_space(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)) != 0; }
+using detail::is_white_space;
 bool is_line_end(char32_t c) { return c == U'\r' || c == U'\n'; }
 
 // Length of the match of the pattern's alternatives at `i` (0: none), tried in order.
@@ -60,15 +58,15 @@ size_t match_at(const std::u32string& s, size_t i) {
   {
     size_t j = s[i] == U' ' ? i + 1 : i;
     size_t k = j;
-    while (k < n && !is_space(s[k]) && !is_letter(s[k]) && !is_number(s[k])) ++k;
+    while (k < n && !is_white_space(s[k]) && !is_letter(s[k]) && !is_number(s[k])) ++k;
     if (k > j) {
       while (k < n && is_line_end(s[k])) ++k;
       return k - i;
     }
   }
-  if (!is_space(s[i])) return 0;
+  if (!is_white_space(s[i])) return 0;
   size_t end = i;
-  while (end < n && is_space(s[end])) ++end;
+  while (end < n && is_white_space(s[end])) ++end;
   // \s*[\r\n]+: the greedy \s* gives back up to the run's last line end.
   for (size_t p = end; p > i; --p) {
     if (is_line_end(s[p - 1])) return p - i;
@@ -78,20 +76,6 @@ size_t match_at(const std::u32string& s, size_t i) {
   if (end - 1 > i) return end - 1 - i;
   // \s+
   return end - i;
-}
-
-std::u32string nfc(const std::u32string& text) {
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
-  TORCH_CHECK(U_SUCCESS(status), "[qwen2] ICU has no NFC normaliser: ", u_errorName(status));
-  const icu::UnicodeString in =
-      icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(text.data()), static_cast<int32_t>(text.size()));
-  const icu::UnicodeString out = normalizer->normalize(in, status);
-  TORCH_CHECK(U_SUCCESS(status), "[qwen2] NFC normalisation failed: ", u_errorName(status));
-  std::u32string result(static_cast<size_t>(out.countChar32()), U'\0');
-  UErrorCode to_status = U_ZERO_ERROR;
-  out.toUTF32(reinterpret_cast<UChar32*>(result.data()), static_cast<int32_t>(result.size()), to_status);
-  return result;
 }
 
 // A piece of text: either an added token (its index in added_) or text still to tokenize.
@@ -122,10 +106,10 @@ std::vector<Segment> split_added(const std::u32string& text, const std::vector<Q
     const Qwen2AddedToken& token = added[candidates[best]];
     size_t a = i, b = i + best_len;
     if (token.lstrip) {
-      while (a > start && is_space(text[a - 1])) --a;
+      while (a > start && is_white_space(text[a - 1])) --a;
     }
     if (token.rstrip) {
-      while (b < text.size() && is_space(text[b])) ++b;
+      while (b < text.size() && is_white_space(text[b])) ++b;
     }
     if (a > start) out.push_back({text.substr(start, a - start), -1});
     out.push_back({text.substr(a, b - a), candidates[best]});
@@ -339,7 +323,7 @@ std::vector<std::string> Qwen2Tokenizer::tokenize(const std::string& text) const
       tokens.push_back(added_[outer.added].content);
       continue;
     }
-    const std::u32string normal = nfc_ ? nfc(outer.text) : outer.text;
+    const std::u32string normal = nfc_ ? detail::nfc(outer.text) : outer.text;
     for (const Segment& inner : split_added(normal, added_, normalised)) {
       if (inner.added >= 0) {
         tokens.push_back(added_[inner.added].content);

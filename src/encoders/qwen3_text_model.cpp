@@ -67,52 +67,45 @@ void Qwen3TextConfig::validate() const {
   if (!(rope_theta > 0)) throw_value_error("[qwen3] rope_theta must be above 0, got " + std::to_string(rope_theta));
 }
 
-Qwen3TextConfig Qwen3TextConfig::from_json_text(const std::string& json, const std::string& source) {
-  try {
-    const auto top = remat::detail::parse_config_json(json, kComponent);
-    // Qwen3-VL nests the language model's fields in text_config; a plain Qwen3 has them at the top.
-    const auto nested = top.find("text_config");
-    if (nested != top.end() && !nested->is_null() && !nested->is_object()) {
-      throw_value_error("[qwen3] config key 'text_config' must be an object, got " + util::json_excerpt(*nested));
-    }
-    const nlohmann::json& j = nested != top.end() && nested->is_object() ? *nested : top;
-    Qwen3TextConfig c;
-    const remat::detail::ConfigFieldReader field(j, "[qwen3] ");
-    qwen3_fields(c, field);  // head_dim keeps the configs' default, 128, when absent
-    std::string act = "silu";
-    field("hidden_act", act);
-    if (act != "silu") {
-      throw_value_error("[qwen3] hidden_act '" + act + "' is not supported; Qwen3's language model uses silu");
-    }
-    // transformers 5 keeps RoPE in rope_parameters (older files: rope_scaling, or rope_theta at the top).
-    for (const char* key : {"rope_parameters", "rope_scaling"}) {
-      const auto it = j.find(key);
-      if (it == j.end() || it->is_null()) continue;
-      if (!it->is_object()) throw_value_error(std::string("[qwen3] config key '") + key + "' must be an object");
-      const remat::detail::ConfigFieldReader rope(*it, std::string("[qwen3] ") + key + ": ");
-      rope("rope_theta", c.rope_theta);
-      std::string type = "default";
-      rope("rope_type", type);
-      if (type != "default" && !(type == "mrope" || it->contains("mrope_section"))) {
-        throw_value_error(std::string("[qwen3] ") + key + ".rope_type '" + type +
-                          "' is not supported; remat implements the default RoPE (Qwen3-VL's multimodal RoPE "
-                          "is the same for text)");
-      }
-    }
-    field("rope_theta", c.rope_theta);
-    c.validate();
-    return c;
-  } catch (const c10::ValueError& e) {
-    std::string message = e.what_without_backtrace();
-    while (!message.empty() && message.back() == '\n') message.pop_back();
-    const std::string tag = "[qwen3] ";
-    if (message.rfind(tag, 0) == 0) message = message.substr(tag.size());
-    throw_value_error(tag + source + ": " + message);
+Qwen3TextConfig Qwen3TextConfig::from_json_text(const std::string& json) {
+  const auto top = remat::detail::parse_config_json(json, kComponent);
+  // Qwen3-VL nests the language model's fields in text_config; a plain Qwen3 has them at the top.
+  const auto nested = top.find("text_config");
+  if (nested != top.end() && !nested->is_null() && !nested->is_object()) {
+    throw_value_error("[qwen3] config key 'text_config' must be an object, got " + util::json_excerpt(*nested));
   }
+  const nlohmann::json& j = nested != top.end() && nested->is_object() ? *nested : top;
+  Qwen3TextConfig c;
+  const remat::detail::ConfigFieldReader field(j, "[qwen3] ");
+  qwen3_fields(c, field);  // head_dim keeps the configs' default, 128, when absent
+  std::string act = "silu";
+  field("hidden_act", act);
+  if (act != "silu") {
+    throw_value_error("[qwen3] hidden_act '" + act + "' is not supported; Qwen3's language model uses silu");
+  }
+  // transformers 5 keeps RoPE in rope_parameters (older files: rope_scaling, or rope_theta at the top).
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_object()) throw_value_error(std::string("[qwen3] config key '") + key + "' must be an object");
+    const remat::detail::ConfigFieldReader rope(*it, std::string("[qwen3] ") + key + ": ");
+    rope("rope_theta", c.rope_theta);
+    std::string type = "default";
+    rope("rope_type", type);
+    if (type != "default" && !(type == "mrope" || it->contains("mrope_section"))) {
+      throw_value_error(std::string("[qwen3] ") + key + ".rope_type '" + type +
+                        "' is not supported; remat implements the default RoPE (Qwen3-VL's multimodal RoPE "
+                        "is the same for text)");
+    }
+  }
+  field("rope_theta", c.rope_theta);
+  c.validate();
+  return c;
 }
 
 Qwen3TextConfig Qwen3TextConfig::from_json_file(const std::string& path) {
-  return from_json_text(remat::detail::read_text_file(path, kComponent), "'" + path + "'");
+  // The file's path goes into every message (remat::detail::parse_config_file).
+  return remat::detail::parse_config_file(path, kComponent, [](const std::string& text) { return from_json_text(text); });
 }
 
 int64_t Qwen3TextConfig::parameter_count() const {
@@ -122,17 +115,6 @@ int64_t Qwen3TextConfig::parameter_count() const {
   const int64_t mlp = 3 * hidden_size * intermediate_size;
   const int64_t layer = attention + mlp + 2 * hidden_size;
   return vocab_size * hidden_size + num_hidden_layers * layer + hidden_size;
-}
-
-Qwen3RMSNormImpl::Qwen3RMSNormImpl(int64_t size, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({size}));
-}
-
-at::Tensor Qwen3RMSNormImpl::forward(const at::Tensor& x) {
-  const auto compute = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const at::Tensor xf = x.to(compute);
-  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return weight * normed.to(x.scalar_type());
 }
 
 Qwen3AttentionImpl::Qwen3AttentionImpl(const Qwen3TextConfig& c)
@@ -148,7 +130,8 @@ Qwen3AttentionImpl::Qwen3AttentionImpl(const Qwen3TextConfig& c)
   k_norm = register_module("k_norm", Qwen3RMSNorm(head_dim_, c.rms_norm_eps));
 }
 
-at::Tensor Qwen3AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor Qwen3AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                       const at::Tensor& causal) {
   const int64_t B = x.size(0), L = x.size(1);
   // (B, L, H, d) -> normed per head -> (B, H, L, d).
   const auto heads_of = [&](const at::Tensor& t, int64_t h) { return t.view({B, L, h, head_dim_}); };
@@ -164,7 +147,6 @@ at::Tensor Qwen3AttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
     k = k.unsqueeze(2).expand({B, kv_heads_, n_rep, L, head_dim_}).reshape({B, heads_, L, head_dim_});
     v = v.unsqueeze(2).expand({B, kv_heads_, n_rep, L, head_dim_}).reshape({B, heads_, L, head_dim_});
   }
-  const at::Tensor causal = torch::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(x.device())).tril();
   at::Tensor out = compat::scaled_dot_product_attention(q, k, v, causal, 1.0 / std::sqrt(static_cast<double>(head_dim_)));
   return o_proj->forward(out.transpose(1, 2).reshape({B, L, heads_ * head_dim_}));
 }
@@ -187,8 +169,9 @@ Qwen3DecoderLayerImpl::Qwen3DecoderLayerImpl(const Qwen3TextConfig& c) {
   post_attention_layernorm = register_module("post_attention_layernorm", Qwen3RMSNorm(c.hidden_size, c.rms_norm_eps));
 }
 
-at::Tensor Qwen3DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin);
+at::Tensor Qwen3DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                          const at::Tensor& causal) {
+  const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, causal);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -228,7 +211,9 @@ at::Tensor Qwen3TextModelImpl::forward(const at::Tensor& input_ids) {
   at::Tensor h = embed_tokens->forward(input_ids);
   const auto [cos, sin] = qwen3_rope_tables(input_ids.size(1), config_.head_dim, config_.rope_theta, h.scalar_type());
   const at::Tensor c = cos.to(h.device()), s = sin.to(h.device());
-  for (auto& layer : layers) h = layer->forward(h, c, s);
+  const int64_t L = input_ids.size(1);
+  const at::Tensor causal = torch::ones({L, L}, at::TensorOptions().dtype(at::kBool).device(h.device())).tril();
+  for (auto& layer : layers) h = layer->forward(h, c, s, causal);
   return norm->forward(h);
 }
 

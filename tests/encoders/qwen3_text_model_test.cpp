@@ -178,8 +178,11 @@ TEST(Qwen3TextConfigTest, ReadsQwen3VlsNestedTextConfig) {
 }
 
 TEST(Qwen3TextConfigTest, ErrorsNameTheKeyAndWhatIsSupported) {
-  EXPECT_NE(error_of([] { Qwen3TextConfig::from_json_text(R"({"text_config": {"hidden_act": "gelu"}})", "'c.json'"); })
-                .find("[qwen3] 'c.json': hidden_act 'gelu' is not supported"),
+  remat::testing::TempDir dir;
+  const std::string path = dir / "config.json";
+  std::ofstream(path) << R"({"text_config": {"hidden_act": "gelu"}})";
+  EXPECT_NE(error_of([&] { Qwen3TextConfig::from_json_file(path); })
+                .find("[qwen3] '" + path + "': hidden_act 'gelu' is not supported"),
             std::string::npos);
   EXPECT_NE(error_of([] { Qwen3TextConfig::from_json_text(R"({"num_attention_heads": 6, "num_key_value_heads": 4})"); })
                 .find("num_key_value_heads (4) must divide num_attention_heads (6)"),

@@ -9,7 +9,8 @@
 ///  - decode: the CoD latent decoder (GroupNorm resnet blocks and attention in 32 x 32 windows) makes
 ///    the conditioning, then the DiCo denoiser at t = 0 from zero noise (a bottleneck patch embedding,
 ///    DiCo blocks) and its per-pixel head (the NeRF / DCT position embedding, adaLN MLP blocks, a
-///    final RMSNorm and projection), folded back to (B, 3, H, W) in [-1, 1].
+///    final RMSNorm and projection), folded back to (B, 3, H, W), nominally in [-1, 1] (not clamped,
+///    as upstream does not clamp).
 /// The DiCo blocks' adaLN modulations depend on t alone and t is always 0: as upstream's
 /// _freeze_adaln_cache does, they are computed once at load (in float32) and the modulation MLPs
 /// are dropped.

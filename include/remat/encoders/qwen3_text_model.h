@@ -24,6 +24,7 @@
 
 #include "remat/export.h"
 #include "remat/io/safetensors.h"
+#include "remat/models/layers.h"
 
 namespace remat::encoders {
 
@@ -51,32 +52,24 @@ struct REMAT_API Qwen3TextConfig {
   /// (or absent); anything else is refused by name. Unknown keys are ignored. Throws naming the
   /// file and the key.
   static Qwen3TextConfig from_json_file(const std::string& path);
-  static Qwen3TextConfig from_json_text(const std::string& json, const std::string& source = "config JSON");
+  static Qwen3TextConfig from_json_text(const std::string& json);
 
   /// The language model's parameters, from the shapes alone (embeddings included).
   int64_t parameter_count() const;
 };
 
-/// Qwen3VLTextRMSNorm: x * rsqrt(mean(x^2) + eps) computed in float32 (float64 for float64
-/// input), cast back to the input dtype, then multiplied by the weight (key `weight`).
-class REMAT_API Qwen3RMSNormImpl : public torch::nn::Module {
- public:
-  Qwen3RMSNormImpl(int64_t size, double eps);
-  at::Tensor forward(const at::Tensor& x);
-  at::Tensor weight;
-
- private:
-  double eps_;
-};
-TORCH_MODULE(Qwen3RMSNorm);
+/// Qwen3VLTextRMSNorm (x * rsqrt(mean(x^2) + eps) in float32, cast back to the input dtype, times
+/// the weight) is models::RMSNorm wherever the weight has the activations' dtype, as it does here.
+using Qwen3RMSNorm = models::RMSNorm;
 
 /// Qwen3VLTextAttention: keys q_proj, k_proj, v_proj, o_proj (biases only with attention_bias),
 /// q_norm and k_norm (head_dim).
 class REMAT_API Qwen3AttentionImpl : public torch::nn::Module {
  public:
   explicit Qwen3AttentionImpl(const Qwen3TextConfig& config);
-  /// x (B, L, D); cos and sin (L, head_dim) in x's dtype (rotate_half layout: the angles twice).
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  /// x (B, L, D); cos and sin (L, head_dim) in x's dtype (rotate_half layout: the angles twice);
+  /// causal (L, L) boolean, true where a query may attend.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& causal);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   Qwen3RMSNorm q_norm{nullptr}, k_norm{nullptr};
@@ -100,7 +93,7 @@ TORCH_MODULE(Qwen3Mlp);
 class REMAT_API Qwen3DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit Qwen3DecoderLayerImpl(const Qwen3TextConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& causal);
   Qwen3RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Qwen3Attention self_attn{nullptr};
   Qwen3Mlp mlp{nullptr};
