@@ -131,6 +131,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
   base.dtype = encoder_dtype(options.dtype);
   base.device = options.device;
   base.max_sequence_length = options.tokenizer_max_length;
+  base.flavour = options.flavour;
   const auto folder = family.open(options.pipeline_folder, family.components(), options.variant);
 
   // Identities: an entry made by other weights, another dtype, seed or token count is stale.
@@ -145,6 +146,7 @@ CacheReport build_caches(const std::vector<ScannedDataset>& datasets, const Data
     text_identity += detail::component_identity(folder.directory(component)) + "|";
   }
   text_identity += settings + "|max_length " + std::to_string(options.tokenizer_max_length);
+  if (family.prompt_style) text_identity += "|prompt " + family.prompt_style(options.flavour);
 
   // Every cache folder is made (or found unusable) before any encoder loads.
   for (const auto& dataset : datasets) {

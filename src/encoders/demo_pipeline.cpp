@@ -31,6 +31,8 @@ at::ScalarType dtype_of(const std::string& name) {
 
 }  // namespace
 
+const char* demo_diffusers_version() { return kDiffusersVersion; }
+
 std::string flux_transformer_config_json(const models::FluxConfig& config) {
   config.validate();
   OrderedJson j;

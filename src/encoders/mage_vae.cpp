@@ -8,7 +8,10 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+
+#include "config_json.h"
 
 #include "remat/models/layers.h"
 #include "remat/util/error.h"
@@ -421,6 +424,71 @@ void MageVaeConfig::validate() const {
   }
 }
 
+int64_t MageVaeConfig::parameter_count() const {
+  validate();
+  const int64_t h = hidden_size, hx = hidden_size_x, lc = latent_channels, p2 = patch_size * patch_size;
+  // One DiCo block of width w: five 1x1 convolutions, the 3x3 depthwise one and the channel
+  // attention's, then its adaLN MLP (modulated) or two LayerNorms (the encoder's head blocks).
+  const auto dico = [&](int64_t w, bool modulated) {
+    const auto f = static_cast<int64_t>(mlp_ratio * static_cast<double>(w));
+    const int64_t convs = 3 * (w * w + w) + (9 * w + w) + (f * w + f) + (w * f + w);
+    return convs + (modulated ? 6 * w * w + 6 * w : 4 * w);
+  };
+  const int64_t t_embedder = h * 256 + h + h * h + h;
+  const int64_t encoder = head_size * 3 * p2 + head_size + num_head_blocks * dico(head_size, false) +
+                          (h * head_size + h) + (h * lc + h) + (2 * h * h + h) + t_embedder +
+                          num_encoder_blocks * dico(h, true) + 2 * h + (2 * lc * h + 2 * lc);
+  const int64_t resnet = 2 * (2 * h + 9 * h * h + h), attention = 2 * h + 4 * (h * h + h);
+  const int64_t cod = (9 * h * lc + h) + 3 * resnet + 2 * attention + 2 * h + (9 * h * h + h);
+  const int64_t head_mlp = 2 * hx + 2 * (hx * hx + hx) + (3 * hx * hx + 3 * hx);
+  const int64_t decoder = t_embedder + (hx * p2 * h + hx * p2) + (hx * (3 + hx + 64) + hx) + bottleneck_dim * 3 * p2 +
+                          (h * (bottleneck_dim + h) + h) + num_denoiser_blocks * dico(h, true) +
+                          (p2 * hx * h + p2 * hx) + (hx * hx + hx) + num_head_mlp_blocks * head_mlp + hx +
+                          (3 * hx + 3) + cod;
+  return encoder + decoder;
+}
+
+namespace {
+
+// The sizes a vae/config.json may hold, by the struct's field names (Note [Config fields] in
+// config_json.h); latent_channels and downsample_factor are upstream's own keys.
+constexpr auto mage_vae_fields = [](auto& c, auto&& field) {
+  field("latent_channels", c.latent_channels);
+  field("downsample_factor", c.patch_size);
+  field("hidden_size", c.hidden_size);
+  field("head_size", c.head_size);
+  field("num_head_blocks", c.num_head_blocks);
+  field("num_encoder_blocks", c.num_encoder_blocks);
+  field("num_denoiser_blocks", c.num_denoiser_blocks);
+  field("num_head_mlp_blocks", c.num_head_mlp_blocks);
+  field("hidden_size_x", c.hidden_size_x);
+  field("bottleneck_dim", c.bottleneck_dim);
+  field("attention_window", c.attention_window);
+  field("mlp_ratio", c.mlp_ratio);
+};
+
+}  // namespace
+
+MageVaeConfig MageVaeConfig::from_json_file(const std::string& path) {
+  return remat::detail::parse_config_file(path, "mage-vae", [](const std::string& text) {
+    const nlohmann::json j = remat::detail::parse_config_json(text, "mage-vae");
+    MageVaeConfig c;
+    const remat::detail::ConfigFieldReader field(j, "[mage-vae] ");
+    mage_vae_fields(c, field);
+    c.validate();
+    return c;
+  });
+}
+
+std::string MageVaeConfig::to_json() const {
+  validate();
+  nlohmann::ordered_json j;
+  j["_class_name"] = "MageVAE";
+  j["sample_posterior"] = false;
+  mage_vae_fields(*this, [&](const char* key, const auto& value) { j[key] = value; });
+  return j.dump(2) + "\n";
+}
+
 namespace {
 
 MageVae build(const MageVaeConfig& config) {
@@ -468,6 +536,23 @@ MageVae MageVae::load(const std::vector<io::SafetensorsFile>& files, const MageV
   }
   finish(vae, dtype, device);
   return vae;
+}
+
+std::vector<io::NamedTensor> MageVae::random_checkpoint(const MageVaeConfig& config, uint64_t seed, double std,
+                                                        at::ScalarType dtype) {
+  // The modules before folding carry upstream's names (load strips these prefixes).
+  const MageVae vae = build(config);
+  torch::manual_seed(seed);
+  torch::NoGradGuard no_grad;
+  std::vector<io::NamedTensor> out;
+  const auto add = [&](const std::string& prefix, const nn::Module& module) {
+    for (const auto& item : module.named_parameters()) {
+      out.emplace_back(prefix + item.key(), (torch::randn(item.value().sizes()) * std).to(dtype));
+    }
+  };
+  add("student.dconv_encoder.", *vae.encoder);
+  add("pipeline.", *vae.decoder);
+  return out;
 }
 
 MageVae MageVae::random(const MageVaeConfig& config, uint64_t seed, double std, at::ScalarType dtype) {

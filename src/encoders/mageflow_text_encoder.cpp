@@ -42,6 +42,19 @@ MageFlowTextEncoder MageFlowTextEncoder::load(const std::string& dir, at::Scalar
   const std::filesystem::path root(dir);
   const auto config = Qwen3TextConfig::from_json_file((root / "config.json").string());
   Qwen2Tokenizer tokenizer = Qwen2Tokenizer::from_file((root / "tokenizer.json").string());
+  // A tokenizer whose ids the model cannot embed, or without the chat template's markers, would
+  // fail deep inside the first forward or encode something else than the template.
+  if (tokenizer.vocab_size() > config.vocab_size) {
+    throw_value_error("[mageflow] '" + (root / "tokenizer.json").string() + "' has " +
+                      std::to_string(tokenizer.vocab_size()) + " tokens but config.json's vocab_size is " +
+                      std::to_string(config.vocab_size) + "; the two come from different models");
+  }
+  for (const char* marker : {"<|im_start|>", "<|im_end|>"}) {
+    if (!tokenizer.token_id(marker)) {
+      throw_value_error("[mageflow] '" + (root / "tokenizer.json").string() + "' has no " + marker +
+                        " token: it is not Qwen3-VL's tokenizer, whose chat template MageFlow's prompts use");
+    }
+  }
   Qwen3TextModel model = load_qwen3_text_model(models::open_component_weights(dir, variant), config, dtype);
   model->to(device);
   return MageFlowTextEncoder(std::move(tokenizer), std::move(model));

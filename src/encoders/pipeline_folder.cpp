@@ -105,6 +105,32 @@ std::string override_directory(const PipelineLayout& layout, const std::string& 
   return is_file(fs::path(o.path) / marker) ? o.path : (fs::path(o.path) / component).string();
 }
 
+// The directory model_index.json's `kind.source_key` names, if it has one: a path relative to the
+// folder (lexically inside it, as SimpleTuner's vendored _safe_subpath requires) or absolute; a
+// file names its directory.
+std::optional<std::string> source_directory(const ComponentKind& kind, const Json& index, const std::string& root,
+                                            const std::string& index_path) {
+  if (kind.source_key.empty()) return std::nullopt;
+  const auto it = index.find(kind.source_key);
+  if (it == index.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string() || it->get<std::string>().empty()) {
+    throw_value_error("[pipeline] '" + index_path + "': " + kind.source_key + " must be a path (a non-empty string) to "
+                      "the '" + kind.name + "' component, got " + util::json_excerpt(*it));
+  }
+  const fs::path given(it->get<std::string>());
+  fs::path path = given;
+  if (given.is_relative()) {
+    const fs::path base = fs::path(root).lexically_normal();
+    path = (base / given).lexically_normal();
+    const auto rel = path.lexically_relative(base);
+    if (rel.empty() || *rel.begin() == "..") {
+      throw_value_error("[pipeline] '" + index_path + "': " + kind.source_key + " '" + util::text_excerpt(given.string()) +
+                        "' leaves the pipeline folder; give a path inside it or an absolute one");
+    }
+  }
+  return (is_file(path) ? path.parent_path() : path).string();
+}
+
 }  // namespace
 
 const PipelineLayout& flux_pipeline_layout() {
@@ -210,6 +236,18 @@ PipelineFolder PipelineFolder::open(const std::string& root, const std::vector<s
       continue;
     }
     const auto n = named.find(name);
+    if (const auto source = source_directory(kind, index, root, index_path)) {
+      c.directory = *source;
+      if (n != named.end()) {
+        c.library = n->second.first;
+        c.class_name = n->second.second;
+      }
+      if (required || is_dir(c.directory)) {
+        check_component_directory(kind, c.directory, "pipeline folder '" + root + "' (" + kind.source_key + ")", variant);
+        folder.components[name] = c;
+      }
+      continue;
+    }
     if (n == named.end()) {
       if (required) {
         throw_value_error("[pipeline] '" + index_path + "' names no component '" + name + "' (expected \"" + name +

@@ -148,6 +148,15 @@ MageFlowConfig MageFlowConfig::from_json_string(const std::string& json) {
   return config;
 }
 
+std::string MageFlowConfig::to_json() const {
+  validate();
+  nlohmann::ordered_json j;
+  j["_class_name"] = "MageFlowTransformer2DModel";
+  mageflow_fields(*this, [&](const char* key, const auto& value) { j[key] = value; });
+  j["out_channels"] = output_channels();
+  return j.dump(2) + "\n";
+}
+
 MageFlowConfig MageFlowConfig::from_json_file(const std::string& path) {
   return remat::detail::parse_config_file(path, kMageFlowComponent, [](const std::string& text) { return from_json_string(text); });
 }

@@ -205,7 +205,7 @@ std::vector<at::Tensor> run_pipeline(const TextToImage& pipeline, const Pipeline
                                           : std::string("in denoising (the transformer's weights or a LoRA)")) +
                           "; nothing is written");
       }
-      pixels = to_uint8_image(decoded);
+      pixels = to_uint8_image(decoded, vae->pixel_conversion());
     }
     latents[i] = at::Tensor();
     stages.end("decoded picture " + std::to_string(i + 1));

@@ -11,6 +11,30 @@
 
 namespace remat::sample {
 
+namespace {
+
+// A decoded picture as (3, H, W): throws naming the shape unless it is (1, 3, H, W) or (3, H, W).
+at::Tensor one_picture(const at::Tensor& decoded) {
+  const bool batched = decoded.defined() && decoded.dim() == 4 && decoded.size(0) == 1;
+  if (!decoded.defined() || !(batched || decoded.dim() == 3) || decoded.size(batched ? 1 : 0) != 3) {
+    throw_value_error("[sample] a decoded picture must be (1, 3, H, W) or (3, H, W), got " +
+                      (decoded.defined() ? c10::str(decoded.sizes()) : std::string("none")));
+  }
+  return batched ? decoded[0] : decoded;
+}
+
+}  // namespace
+
+at::Tensor to_uint8_image(const at::Tensor& decoded, encoders::PixelConversion conversion) {
+  if (conversion == encoders::PixelConversion::diffusers_postprocess) return to_uint8_image(decoded);
+  torch::NoGradGuard no_grad;
+  const at::Tensor image = one_picture(decoded);
+  // _tokens_to_image: (127.5 * (decoded.clamp(-1, 1) + 1.0)).byte(), every operation in the decoded
+  // dtype; the conversion to uint8 truncates toward zero.
+  const at::Tensor scaled = (image.clamp(-1, 1) + 1.0) * 127.5;
+  return scaled.permute({1, 2, 0}).to(at::kCPU).to(at::kByte).contiguous();
+}
+
 at::Tensor to_uint8_image(const at::Tensor& decoded) {
   const bool batched = decoded.defined() && decoded.dim() == 4 && decoded.size(0) == 1;
   if (!decoded.defined() || !(batched || decoded.dim() == 3) || decoded.size(batched ? 1 : 0) != 3) {

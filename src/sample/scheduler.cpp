@@ -162,23 +162,36 @@ double calculate_shift(int64_t image_seq_len, const FlowMatchSchedulerConfig& co
 
 FlowMatchSchedule flow_match_schedule(const FlowMatchSchedulerConfig& config, int64_t num_inference_steps,
                                       int64_t image_seq_len) {
-  config.validate();
   if (num_inference_steps < 1) {
     throw_value_error("[scheduler] num_inference_steps must be >= 1, got " + std::to_string(num_inference_steps));
+  }
+  std::vector<float> inputs;
+  for (const double s : input_sigmas(num_inference_steps)) inputs.push_back(static_cast<float>(s));
+  return flow_match_schedule_from_sigmas(config, inputs, image_seq_len);
+}
+
+FlowMatchSchedule flow_match_schedule_from_sigmas(const FlowMatchSchedulerConfig& config,
+                                                  const std::vector<float>& inputs, int64_t image_seq_len) {
+  config.validate();
+  if (inputs.empty()) throw_value_error("[scheduler] a schedule needs at least one sigma");
+  for (const float s : inputs) {
+    if (!(s > 0.0f && s <= 1.0f)) {
+      throw_value_error("[scheduler] input sigmas must be in (0, 1], got " + std::to_string(s));
+    }
   }
   if (image_seq_len < 1) {
     throw_value_error("[scheduler] image_seq_len must be >= 1, got " + std::to_string(image_seq_len));
   }
   const double mu = calculate_shift(image_seq_len, config);
-  const std::vector<double> inputs = input_sigmas(num_inference_steps);
+  const auto steps = static_cast<int64_t>(inputs.size());
   FlowMatchSchedule schedule;
-  schedule.sigmas = at::zeros({num_inference_steps + 1}, at::kFloat);
-  schedule.timesteps = at::empty({num_inference_steps}, at::kFloat);
+  schedule.sigmas = at::zeros({steps + 1}, at::kFloat);
+  schedule.timesteps = at::empty({steps}, at::kFloat);
   float* sigmas = schedule.sigmas.data_ptr<float>();
   float* timesteps = schedule.timesteps.data_ptr<float>();
   const float train_steps = static_cast<float>(config.num_train_timesteps);
-  for (int64_t i = 0; i < num_inference_steps; ++i) {
-    sigmas[i] = shift_sigma(static_cast<float>(inputs[static_cast<size_t>(i)]), config, mu);
+  for (int64_t i = 0; i < steps; ++i) {
+    sigmas[i] = shift_sigma(inputs[static_cast<size_t>(i)], config, mu);
     timesteps[i] = sigmas[i] * train_steps;
   }
   return schedule;

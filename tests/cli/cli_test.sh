@@ -180,7 +180,7 @@ fi
 
 # 9. A diffusers pipeline folder as the model (docs/PIPELINE_FOLDER.md): make-demo-pipeline, a
 #    2-step run from it; broken folders exit 2 naming the folder, the component or the shard.
-expect 0 "wrote a Flux pipeline folder" -- "$remat" make-demo-pipeline --output "$work/pipe" --transformer_shards 2
+expect 0 "wrote a Flux.1 pipeline folder" -- "$remat" make-demo-pipeline --output "$work/pipe" --transformer_shards 2
 [[ -f "$work/pipe/model_index.json" && -f "$work/pipe/transformer/diffusion_pytorch_model.safetensors.index.json" \
    && -f "$work/pipe/scheduler/scheduler_config.json" ]] && echo "ok: pipeline folder layout" \
   || { echo "FAIL: make-demo-pipeline layout: $(ls -R "$work/pipe" | tr '\n' ' ')"; failures=$((failures + 1)); }

@@ -146,6 +146,31 @@ TEST_F(MageVaeTest, LoadsUpstreamsLayoutStrictly) {
   EXPECT_EQ(vae.parameter_bytes(), (checkpoint - dropped + folded) * 4);
 }
 
+// parameter_count (the memory model) and random_checkpoint (the demo pipelines' VAE) against the keys
+// written above from upstream's modules, at remat's test size and at the published one.
+TEST_F(MageVaeTest, CountAndRandomCheckpointFollowUpstreamsKeys) {
+  for (const char* preset : {"mage-vae-tiny", "mage-vae"}) {
+    const auto c = MageVaeConfig::preset(preset);
+    int64_t expected = 0;
+    std::set<std::string> keys;
+    for (const auto& [key, shape] : upstream_keys(c)) {
+      int64_t n = 1;
+      for (auto s : shape) n *= s;
+      expected += n;
+      keys.insert(key);
+    }
+    EXPECT_EQ(c.parameter_count(), expected) << preset;
+    if (std::string(preset) != "mage-vae-tiny") continue;  // random weights at the published size take too long here
+    const auto checkpoint = MageVae::random_checkpoint(c, 1, 0.1, at::kBFloat16);
+    std::set<std::string> written;
+    for (const auto& [key, tensor] : checkpoint) {
+      written.insert(key);
+      EXPECT_EQ(tensor.scalar_type(), at::kBFloat16) << key;
+    }
+    EXPECT_EQ(written, keys);
+  }
+}
+
 TEST_F(MageVaeTest, ShapesBatchesAndBf16) {
   const auto c = MageVaeConfig::preset("mage-vae-tiny");
   auto vae = MageVae::load(open(write_checkpoint(c)), c, at::kFloat);

@@ -89,8 +89,8 @@ c10::Device parse_device(const std::string& text) {
 }
 
 int run_sample(const std::vector<std::string>& args) {
-  CLI::App app{"Text to image with a diffusers Flux pipeline folder (FluxPipeline: flow-matching Euler with "
-               "the scheduler config's shift) and any number of LoRAs. Writes PNGs with the prompt, seed, "
+  CLI::App app{"Text to image with a diffusers Flux or MageFlow pipeline folder (FluxPipeline, MageFlowPipeline: "
+               "flow-matching Euler with the scheduler config's shift) and any number of LoRAs. Writes PNGs with the prompt, seed, "
                "steps, guidance and model in PNG text chunks.",
                "remat sample"};
   std::string folder, output, prompt_file, dtype = "bfloat16", device_text = "cpu";
@@ -105,7 +105,8 @@ int run_sample(const std::vector<std::string>& args) {
   bool image_auto_resize = true;
   app.add_option("--pipeline,--pretrained_model_name_or_path", folder,
                  "A diffusers Flux pipeline folder (model_index.json, transformer/, vae/, text_encoder/, "
-                 "text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/), or the Hugging Face model id of one "
+                 "text_encoder_2/, tokenizer/, tokenizer_2/, scheduler/) or a MageFlow one (transformer/, vae/, "
+                 "text_encoder/, scheduler/), or the Hugging Face model id of one "
                  "in the local hub cache (never downloaded)")
       ->required();
   app.add_option("--revision", revision, "The revision of a --pipeline given as a hub id: a branch, a tag or a "
@@ -121,11 +122,13 @@ int run_sample(const std::vector<std::string>& args) {
                  "(16 for FLUX.1)")->capture_default_str();
   app.add_option("--height", settings.height, "Picture height in pixels, a multiple of the family's latent grid "
                  "(16 for FLUX.1)")->capture_default_str();
-  app.add_option("--num_inference_steps", settings.num_inference_steps, "Denoising steps")
+  app.add_option("--num_inference_steps", settings.num_inference_steps,
+                 "Denoising steps (unset: the pipeline's default, FluxPipeline's 28, MageFlowPipeline's 20)")
       ->check(CLI::Range(int64_t{1}, sample::kMaxInferenceSteps))
       ->capture_default_str();
   app.add_option("--guidance_scale", settings.guidance_scale,
-                 "The embedded guidance of guidance-distilled models (FLUX.1-dev); ignored by models without it")
+                 "The embedded guidance of guidance-distilled models (FLUX.1-dev; ignored by models without it), "
+                 "or with MageFlow pipelines the scale of CFG-Zero* on --negative_prompt (unset: 5.0)")
       ->capture_default_str();
   app.add_option("--true_cfg_scale", settings.true_cfg_scale,
                  "True classifier-free guidance: > 1 with --negative_prompt runs a second transformer pass per "
@@ -161,8 +164,9 @@ int run_sample(const std::vector<std::string>& args) {
                  "Where the text encoders, the transformer and the VAE run (one at a time): cpu, cuda or cuda:N")
       ->capture_default_str();
   app.add_option("--tokenizer_max_length,--max_sequence_length", max_length,
-                 "T5 tokens per prompt (FluxPipeline's max_sequence_length: 512 for dev, 256 for schnell)")
-      ->check(CLI::Range(int64_t{1}, int64_t{512}))
+                 "Text tokens per prompt (the pipeline's max_sequence_length; unset: its default, FluxPipeline's "
+                 "512 or MageFlowPipeline's 2048)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   app.add_option("--vae_tiling_above", tiling_above,
                  "The VAE decodes in tiles when the width or height exceeds this many pixels (0: always)")
@@ -193,6 +197,14 @@ int run_sample(const std::vector<std::string>& args) {
               << ") from the Hugging Face cache: " << snapshot->directory << "\n";
     folder = snapshot->directory;
   }
+
+  // The pipeline's own defaults for what was left unset; with MageFlow's pipelines guidance_scale is
+  // classifier-free guidance on the negative prompt (train::ModelFamily::guidance_is_cfg).
+  const train::ModelFamily& family = train::family_of_pipeline(folder);
+  if (app.count("--num_inference_steps") == 0) settings.num_inference_steps = family.pipeline_defaults.num_inference_steps;
+  if (app.count("--guidance_scale") == 0) settings.guidance_scale = family.pipeline_defaults.guidance_scale;
+  if (app.count("--tokenizer_max_length") == 0) max_length = family.pipeline_defaults.max_sequence_length;
+  if (family.guidance_is_cfg && app.count("--true_cfg_scale") == 0) settings.true_cfg_scale = settings.guidance_scale;
 
   sample::PipelineOptions options;
   options.folder = folder;

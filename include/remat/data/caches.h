@@ -58,6 +58,9 @@ struct CacheOptions {
   /// Where the encoders run (the training device); the cached tensors are stored from the CPU.
   at::Device device = at::kCPU;
   int64_t tokenizer_max_length = 512;
+  /// The model_flavour (EncoderSettings::flavour): what of the prompt encoding depends on it
+  /// (FamilyEncoders::prompt_style) is part of the text entries' identity.
+  std::string flavour;
   uint64_t seed = 0;            ///< the VAE posterior sample of each image: seeded from (seed, path)
   bool vae_enable_tiling = false;
   /// Progress and messages: one call per line (the CLI draws a bar on a terminal).

@@ -30,6 +30,9 @@ struct DemoPipelineOptions {
   int64_t transformer_shards = 2;
 };
 
+/// The diffusers version the demo folders' files claim to come from.
+REMAT_API const char* demo_diffusers_version();
+
 /// One component of the demo folder: its model_index.json entry and the function that writes its
 /// directory `<root>/<name>`.
 struct DemoComponentWriter {

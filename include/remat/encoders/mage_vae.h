@@ -55,6 +55,20 @@ struct REMAT_API MageVaeConfig {
   /// Throws c10::ValueError naming the first invalid size (all >= 1; hidden_size a multiple of 32
   /// for the decoder's GroupNorm(32)).
   void validate() const;
+
+  /// The parameters of upstream's checkpoint for these sizes (the modules before folding, the
+  /// skipped y_embedder parts not counted), from the sizes alone.
+  int64_t parameter_count() const;
+
+  /// Reads a MageFlow pipeline's vae/config.json: upstream's MageVAE config (its ConfigMixin keys
+  /// latent_channels and downsample_factor; ckpt_path and sample_posterior are ignored) and, for
+  /// models smaller than the published one, the sizes upstream hard-codes, under this struct's
+  /// field names (hidden_size, head_size, num_head_blocks, num_encoder_blocks,
+  /// num_denoiser_blocks, num_head_mlp_blocks, hidden_size_x, bottleneck_dim, attention_window,
+  /// mlp_ratio). Missing keys keep the published sizes. Throws naming the file and the key.
+  static MageVaeConfig from_json_file(const std::string& path);
+  /// The config.json text from_json_file reads back (`_class_name` MageVAE, every size).
+  std::string to_json() const;
 };
 
 /// The DiCo encoder (`student.dconv_encoder.*`).
@@ -69,6 +83,10 @@ class REMAT_API MageVae {
   /// to `device`. Throws naming the missing, unexpected or mis-shaped keys and their file.
   static MageVae load(const std::vector<io::SafetensorsFile>& files, const MageVaeConfig& config,
                       at::ScalarType dtype, const at::Device& device = at::kCPU);
+  /// A checkpoint in upstream's layout (`student.dconv_encoder.*`, `pipeline.*`, every key `load`
+  /// reads) with random weights N(0, std^2), seeded, in `dtype`: for demo pipelines and tests.
+  static std::vector<io::NamedTensor> random_checkpoint(const MageVaeConfig& config, uint64_t seed, double std,
+                                                        at::ScalarType dtype);
   /// Random weights (every tensor N(0, std^2), seeded), folded: for tests and benchmarks.
   static MageVae random(const MageVaeConfig& config, uint64_t seed, double std, at::ScalarType dtype);
 

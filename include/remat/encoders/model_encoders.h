@@ -32,6 +32,18 @@ struct EncoderSettings {
   at::Device device = at::kCPU;
   /// Text tokens per caption (SimpleTuner's tokenizer_max_length, FluxPipeline's max_sequence_length).
   int64_t max_sequence_length = 512;
+  /// The model_flavour being trained or sampled (empty: the pipeline folder's own): families whose
+  /// prompt encoding depends on it read it (MageFlow's edit flavours use another prompt template).
+  std::string flavour = {};
+};
+
+/// How a family's pipeline turns a decoded picture into 8-bit pixels.
+enum class PixelConversion {
+  /// diffusers' VaeImageProcessor.postprocess: (x / 2 + 0.5).clamp(0, 1) * 255, rounded half to even.
+  diffusers_postprocess,
+  /// SimpleTuner's MageFlow pipeline (_tokens_to_image): x.clamp(-1, 1), 127.5 (x + 1) in the decoded
+  /// picture's dtype, truncated to uint8.
+  clamp_truncate,
 };
 
 /// One caption, encoded as the family's transformer reads it (a latent cache's text entry).
@@ -63,6 +75,8 @@ class REMAT_API ImageAutoencoder {
   virtual void set_tiling(bool tiled) = 0;
   /// f: pixels per latent pixel along each axis.
   virtual int64_t vae_scale_factor() const = 0;
+  /// How its pipeline makes pixels of decode_latents' pictures (remat/sample/sampler.h to_uint8_image).
+  virtual PixelConversion pixel_conversion() const { return PixelConversion::diffusers_postprocess; }
 };
 
 /// A family's encoders in a diffusers pipeline folder. Each function takes the folder opened with
@@ -80,6 +94,9 @@ struct REMAT_API FamilyEncoders {
   int64_t pixel_multiple = 16;
   std::function<std::unique_ptr<PromptEncoder>(const PipelineFolder&, const EncoderSettings&)> load_text;
   std::function<std::unique_ptr<ImageAutoencoder>(const PipelineFolder&, const EncoderSettings&)> load_image;
+  /// What in an encoded caption depends on the flavour (MageFlow: its prompt template's name),
+  /// for the identity of cached text embeddings. Unset: nothing does.
+  std::function<std::string(const std::string& flavour)> prompt_style;
   /// f of the folder's autoencoder, from its config alone.
   std::function<int64_t(const PipelineFolder&)> vae_scale_factor;
   /// Memory admission from the configs alone: the bytes of the autoencoder's weights, and the

@@ -29,6 +29,12 @@ struct ComponentKind {
   std::vector<std::string> classes;  ///< the classes accepted ("AutoencoderKL")
   std::string marker;                ///< the file that marks its directory complete ("config.json")
   bool weights = false;              ///< it has safetensors weights (find_component_weights)
+  /// A model_index.json key whose string value, when present, says where the component is instead
+  /// of `<root>/<name>`: a path relative to the folder (it may not leave it) or absolute, naming
+  /// the component's directory or a file in it (Mage-Flow's `_vae_source`, `_text_encoder_path`,
+  /// read by SimpleTuner's vendored load_from_repo). The component then needs no [library, class]
+  /// entry. Empty: none.
+  std::string source_key = {};
 };
 
 /// What one model family's pipeline folders hold: the model_index.json `_class_name` values and

@@ -62,6 +62,9 @@ struct REMAT_API MageFlowConfig {
   static MageFlowConfig from_json_file(const std::string& path);
   /// JSON text when the first non-blank character is '{', otherwise a path.
   static MageFlowConfig from_json(const std::string& path_or_json);
+  /// The transformer/config.json text from_json_string reads back (`_class_name`
+  /// MageFlowTransformer2DModel, every architecture field).
+  std::string to_json() const;
 };
 
 /// Parameters the model registers (4,115,745,408 for mageflow-4b), without allocating.

@@ -9,6 +9,7 @@
 
 #include <ATen/Tensor.h>
 
+#include "remat/encoders/model_encoders.h"
 #include "remat/export.h"
 
 namespace remat::sample {
@@ -74,5 +75,9 @@ class REMAT_API Denoiser {
 /// roughly in [-1, 1], -> (x * 0.5 + 0.5).clamp(0, 1) in its dtype, then * 255 in float32 rounded
 /// half to even -> uint8 (H, W, 3) on the CPU.
 REMAT_API at::Tensor to_uint8_image(const at::Tensor& decoded);
+/// The same picture converted as `conversion` says (encoders::ImageAutoencoder::pixel_conversion):
+/// PixelConversion::clamp_truncate is SimpleTuner's MageFlow pipeline (_tokens_to_image):
+/// x.clamp(-1, 1), then 127.5 (x + 1) in the picture's dtype, truncated to uint8.
+REMAT_API at::Tensor to_uint8_image(const at::Tensor& decoded, encoders::PixelConversion conversion);
 
 }  // namespace remat::sample

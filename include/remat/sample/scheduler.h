@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <ATen/Tensor.h>
 
@@ -57,6 +58,14 @@ struct FlowMatchSchedule {
 /// image_seq_len < 1.
 REMAT_API FlowMatchSchedule flow_match_schedule(const FlowMatchSchedulerConfig& config,
                                                 int64_t num_inference_steps, int64_t image_seq_len);
+
+/// The same from given input sigmas (diffusers' set_timesteps(sigmas=...): float32 values, shifted
+/// as above, a final 0 appended), as pipelines that pass their own do (SimpleTuner's MageFlowPipeline:
+/// torch.linspace(1, 1/N, N) in float32). Throws c10::ValueError for no sigmas, a sigma outside
+/// (0, 1], or image_seq_len < 1.
+REMAT_API FlowMatchSchedule flow_match_schedule_from_sigmas(const FlowMatchSchedulerConfig& config,
+                                                            const std::vector<float>& input_sigmas,
+                                                            int64_t image_seq_len);
 
 /// One Euler step (diffusers' step, deterministic): (sample.float() + (sigma[i+1] - sigma[i]) *
 /// velocity) converted to velocity's dtype.

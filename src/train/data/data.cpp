@@ -207,10 +207,43 @@ Sample LatentDataset::get(int64_t i) const {
   return sample;
 }
 
+SampleShape bucket_key(const SampleShape& shape, const LatentLayout& layout) {
+  SampleShape key = shape;
+  if (layout.variable_text_length && !key.prompt_embeds.empty()) key.prompt_embeds[0] = 0;
+  return key;
+}
+
+at::Tensor stack_prompt_embeds(const std::vector<at::Tensor>& prompts, std::vector<int64_t>& lengths) {
+  TORCH_CHECK_VALUE(!prompts.empty(), "[data] no captions to stack");
+  int64_t longest = 0;
+  bool equal = true;
+  for (const auto& p : prompts) {
+    TORCH_CHECK_VALUE(p.dim() == 2 && p.size(1) == prompts[0].size(1), "[data] captions must be (L, D) of one D, got ",
+                      p.sizes(), " and ", prompts[0].sizes());
+    longest = std::max(longest, p.size(0));
+    equal = equal && p.size(0) == prompts[0].size(0);
+  }
+  lengths.clear();
+  if (equal) return at::stack(prompts);
+  std::vector<at::Tensor> padded;
+  for (const auto& p : prompts) {
+    lengths.push_back(p.size(0));
+    padded.push_back(at::constant_pad_nd(p, {0, 0, 0, longest - p.size(0)}, 0));
+  }
+  return at::stack(padded);
+}
+
+std::vector<SampleShape> LatentDataset::bucket_keys() const {
+  std::vector<SampleShape> keys;
+  for (const auto& s : shapes_) keys.push_back(bucket_key(s, layout_));
+  return keys;
+}
+
 Batch LatentDataset::get_batch(const std::vector<int64_t>& indices) const {
   TORCH_CHECK_VALUE(!indices.empty(), "[LatentDataset] a batch needs at least one index, got 0");
   for (auto i : indices) {
-    TORCH_CHECK_VALUE(shape(i) == shape(indices[0]), "[LatentDataset] a batch must hold samples of ",
+    TORCH_CHECK_VALUE(bucket_key(shape(i), layout_) == bucket_key(shape(indices[0]), layout_),
+                      "[LatentDataset] a batch must hold samples of ",
                       "one shape; sample ", i, " has latents ", shape_string(shape(i).latents),
                       ", prompt_embeds ", shape_string(shape(i).prompt_embeds), " but sample ",
                       indices[0], " has latents ", shape_string(shape(indices[0]).latents),
@@ -226,7 +259,7 @@ Batch LatentDataset::get_batch(const std::vector<int64_t>& indices) const {
   Batch batch;
   batch.indices = indices;
   batch.latents = at::stack(latents);
-  batch.prompt_embeds = at::stack(prompts);
+  batch.prompt_embeds = stack_prompt_embeds(prompts, batch.prompt_lengths);
   if (!pooled.empty()) batch.pooled_prompt_embeds = at::stack(pooled);
   return batch;
 }
@@ -234,7 +267,7 @@ Batch LatentDataset::get_batch(const std::vector<int64_t>& indices) const {
 std::vector<std::vector<int64_t>> LatentDataset::epoch_batches(uint64_t seed, int64_t epoch,
                                                                int64_t batch_size, int64_t rank,
                                                                int64_t world_size) const {
-  return BatchSampler(shapes_, batch_size).epoch(seed, epoch, rank, world_size);
+  return BatchSampler(bucket_keys(), batch_size).epoch(seed, epoch, rank, world_size);
 }
 
 // ---- demo dataset ----

@@ -157,16 +157,18 @@ ScannedImageData scan_image_data(const TrainConfig& config, const LogFn& log) {
 
 std::string image_pipeline_folder(const TrainConfig& config) {
   const std::string path = config.pretrained_model_name_or_path.value_or("");
+  const auto& encoders = model_family(config.model_family).encoders;
   if (path.empty() || !encoders::is_pipeline_folder(path)) {
+    std::string folders;
+    for (const auto& component : encoders.components()) folders += ", " + component + "/";
     throw ValidationError("pretrained_model_name_or_path", path,
                           "[train] an image run encodes its pictures and captions first, so "
-                          "pretrained_model_name_or_path must be a diffusers pipeline folder (model_index.json, "
-                          "vae/, text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/), got '" + path +
-                              "'" + (path.empty() ? " (unset)" : "") +
-                              "; `remat make-demo-pipeline` writes a tiny one");
+                          "pretrained_model_name_or_path must be a diffusers pipeline folder (model_index.json" +
+                              folders + "), got '" + path + "'" + (path.empty() ? " (unset)" : "") +
+                              "; `remat make-demo-pipeline --model_family " + config.model_family +
+                              "` writes a tiny one");
   }
   try {
-    const auto& encoders = model_family(config.model_family).encoders;
     encoders.open(path, encoders.components(), config.variant.value_or(""));
   } catch (const c10::ValueError& e) {
     throw ValidationError("pretrained_model_name_or_path", path,
@@ -185,6 +187,7 @@ data::CacheReport cache_image_data(const TrainConfig& config, const ScannedImage
   options.dtype = config.mixed_precision == "bf16" ? "bf16" : "fp32";
   options.device = at::Device(config.device);  // resolved by load_train_config ("auto" -> cpu / cuda)
   options.tokenizer_max_length = config.tokenizer_max_length;
+  options.flavour = config.model_flavour;
   options.vae_enable_tiling = config.vae_enable_tiling;
   options.seed = static_cast<uint64_t>(config.seed.value_or(0));
   options.log = log;

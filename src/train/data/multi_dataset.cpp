@@ -153,14 +153,16 @@ MultiDataset MultiDataset::open(std::vector<PairedDatasetSpec> datasets, const s
                           "' (" + shape_text(first->prompt_embeds) + ", " + shape_text(first->pooled_prompt_embeds) +
                           "): every caption must come from the same text encoders");
       }
+      // A variable_text_length layout pads each batch's captions (bucket_key), so only widths must agree.
       if (spec.caption_dropout_probability > 0 &&
-          (empty.prompt_embeds != shape.prompt_embeds || empty.pooled_prompt_embeds != shape.pooled_prompt_embeds)) {
+          (bucket_key(empty, layout).prompt_embeds != bucket_key(shape, layout).prompt_embeds ||
+           empty.pooled_prompt_embeds != shape.pooled_prompt_embeds)) {
         throw_value_error("[MultiDataset] dataset '" + id + "': the empty caption's embeddings '" + empty_caption_path +
                           "' " + shape_text(empty.prompt_embeds) + " differ in shape from '" +
                           spec.samples[i].text_path + "' " + shape_text(shape.prompt_embeds) +
                           " (caption dropout swaps one for the other)");
       }
-      buckets[shape].push_back(static_cast<int64_t>(i));
+      buckets[bucket_key(shape, layout)].push_back(static_cast<int64_t>(i));
       shapes.push_back(std::move(shape));
     }
     for (const auto& [shape, members] : buckets) {
@@ -299,7 +301,7 @@ Batch MultiDataset::get_batch(const PlannedBatch& planned) const {
   Batch batch;
   batch.indices = planned.samples;
   batch.latents = at::stack(latents);
-  batch.prompt_embeds = at::stack(prompts);
+  batch.prompt_embeds = stack_prompt_embeds(prompts, batch.prompt_lengths);
   if (!pooled.empty()) batch.pooled_prompt_embeds = at::stack(pooled);
   if (!references.empty()) batch.conditioning_latents = at::stack(references);
   return batch;

@@ -9,6 +9,7 @@
 #include "remat/default_dtype.h"
 #include "remat/encoders/autoencoder_kl_config.h"
 #include "remat/encoders/clip_text_model.h"
+#include "remat/encoders/demo_pipeline.h"
 #include "remat/encoders/flux_encoders.h"
 #include "remat/models/flux_transformer_weights.h"
 #include "remat/encoders/t5_config.h"
@@ -334,6 +335,7 @@ void register_family_flux() {
   f.max_sequence_length = 512;  // FluxPipeline.check_inputs
   f.scheduler = flux_scheduler;
   f.check_pipeline = check_flux_pipeline;
+  f.write_demo_pipeline = encoders::write_demo_pipeline;
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
                      {"double blocks", "single blocks"}};
   f.lora_target_presets = models::flux_lora_target_preset_names();

@@ -1,13 +1,21 @@
 // The MageFlow family (SimpleTuner's MageFlowTransformer2DModel): its descriptor and its adapter to
 // remat::train::Transformer, which owns MageFlow's batch layout (packed variable-length samples).
+#include <algorithm>
+
 #include <torch/torch.h>
 
+#include "remat/autocast.h"
+#include "remat/encoders/mageflow_demo_pipeline.h"
+#include "remat/encoders/mageflow_encoders.h"
+#include "remat/encoders/mageflow_text_encoder.h"
 #include "remat/models/lora.h"
 #include "remat/models/mageflow.h"
 #include "remat/models/quantized_loading.h"
+#include "remat/sample/mageflow_sampler.h"
 #include "remat/train/family/family.h"
 #include "remat/train/family/flow_matching.h"
 #include "remat/train/family/transformer.h"
+#include "remat/train/options/config.h"
 #include "family/transformer_support.h"
 
 namespace remat::train::families {
@@ -18,22 +26,24 @@ using namespace support;
 const char* const kMageFlowName = "mageflow";
 
 // model_flavour values: SimpleTuner's names and hub ids (its mageflow/model.py HUGGINGFACE_PATHS, default
-// base), all the published architecture, then remat's small test configurations.
+// base; its quickstart names microsoft/* repositories but its code loads natalie5/*, and remat follows
+// the code), all the published architecture, then remat's small test configurations.
 std::vector<FlavourSpec> mageflow_flavours() {
-  const std::string edit = "reference-image conditioning (edit pairs)";
+  // The edit flavours train text to image with the edit prompt template; their reference pictures
+  // need Qwen3-VL's vision tower, which remat does not have (a conditioning dataset is refused).
   return {
       {"base", "mageflow-4b", "Mage-Flow base, SimpleTuner's default (12 blocks, hidden size 3072)", "",
-       "microsoft/Mage-Flow-Base"},
+       "natalie5/Mage-Flow-Base"},
       {"default", "mageflow-4b", "Mage-Flow: the released model, same architecture as base", "",
-       "microsoft/Mage-Flow"},
+       "natalie5/Mage-Flow"},
       {"turbo", "mageflow-4b", "Mage-Flow Turbo: the few-step model, same architecture as base", "",
-       "microsoft/Mage-Flow-Turbo"},
-      {"edit-base", "mageflow-4b", "Mage-Flow Edit base: trained on image edits", edit,
-       "microsoft/Mage-Flow-Edit-Base"},
-      {"edit", "mageflow-4b", "Mage-Flow Edit: trained on image edits", edit,
-       "microsoft/Mage-Flow-Edit"},
-      {"edit-turbo", "mageflow-4b", "Mage-Flow Edit Turbo: trained on image edits", edit,
-       "microsoft/Mage-Flow-Edit-Turbo"},
+       "natalie5/Mage-Flow-Turbo"},
+      {"edit-base", "mageflow-4b", "Mage-Flow Edit base: trained on image edits (remat trains it text to image, edit template)", "",
+       "natalie5/Mage-Flow-Edit-Base"},
+      {"edit", "mageflow-4b", "Mage-Flow Edit: trained on image edits (remat trains it text to image, edit template)", "",
+       "natalie5/Mage-Flow-Edit"},
+      {"edit-turbo", "mageflow-4b", "Mage-Flow Edit Turbo: trained on image edits (remat trains it text to image, edit template)", "",
+       "natalie5/Mage-Flow-Edit-Turbo"},
       {"mageflow-tiny", "mageflow-tiny", "remat's test configuration: 2 blocks, hidden size 64", ""},
       {"mageflow-small", "mageflow-small", "remat's small configuration: 6 blocks, hidden size 128", ""},
   };
@@ -85,10 +95,27 @@ class MageFlowTransformer final : public Transformer {
     Packed p;
     // Per sample (C, h, w) -> (h*w, C), row-major tokens, samples back to back.
     p.x0 = batch.latents.permute({0, 2, 3, 1}).reshape({1, B * h * w, C});
-    p.txt = batch.prompt_embeds.reshape({1, B * L, batch.prompt_embeds.size(2)});
     const auto int_options = at::TensorOptions().dtype(at::kInt);
     p.img_cu = at::arange(0, (B + 1) * h * w, h * w, int_options);
-    p.txt_cu = at::arange(0, (B + 1) * L, L, int_options);
+    if (batch.prompt_lengths.empty()) {
+      p.txt = batch.prompt_embeds.reshape({1, B * L, batch.prompt_embeds.size(2)});
+      p.txt_cu = at::arange(0, (B + 1) * L, L, int_options);
+    } else {
+      // Captions padded to the longest: each sample's own tokens, back to back (SimpleTuner's
+      // _pack_text selects the masked tokens the same way).
+      TORCH_CHECK_VALUE(static_cast<int64_t>(batch.prompt_lengths.size()) == B, "[mageflow] prompt_lengths has ",
+                        batch.prompt_lengths.size(), " entries for ", B, " samples");
+      std::vector<at::Tensor> parts;
+      std::vector<int32_t> cu{0};
+      for (int64_t i = 0; i < B; ++i) {
+        const int64_t n = batch.prompt_lengths[static_cast<size_t>(i)];
+        TORCH_CHECK_VALUE(n >= 1 && n <= L, "[mageflow] prompt_lengths[", i, "] must be in [1, ", L, "], got ", n);
+        parts.push_back(batch.prompt_embeds[i].narrow(0, 0, n));
+        cu.push_back(cu.back() + static_cast<int32_t>(n));
+      }
+      p.txt = at::cat(parts, 0).unsqueeze(0);
+      p.txt_cu = torch::tensor(cu, int_options);
+    }
     p.shapes.assign(static_cast<size_t>(B), models::ImageShape{1, h, w});
     return p;
   }
@@ -106,8 +133,16 @@ class MageFlowTransformer final : public Transformer {
     // Per-token sigma: each sample's tokens share its sigma.
     const at::Tensor token_sigmas = sigmas.repeat_interleave(per_sample);
     const auto [x_t, target] = flow_matching_pair(p.x0.squeeze(0), noise.squeeze(0), token_sigmas);
+    // mageflow/model.py _model_predict_single: timesteps (sigma x 1000) cast to the weight dtype,
+    // then / 1000 there; SimpleTuner's weight dtype is the mixed-precision one (bf16) when it is on.
+    const AutocastSnapshot autocast = AutocastSnapshot::capture();
+    at::ScalarType t_dtype = model_->img_in->weight.scalar_type();
+    if (device.is_cuda() ? autocast.cuda_enabled : autocast.cpu_enabled) {
+      t_dtype = device.is_cuda() ? autocast.cuda_dtype : autocast.cpu_dtype;
+    }
+    const at::Tensor timesteps = (sigmas * 1000).to(t_dtype) / 1000;
     const at::Tensor prediction =
-        model_->forward(x_t.unsqueeze(0), p.txt, sigmas, p.shapes, p.img_cu.to(device), p.txt_cu.to(device));
+        model_->forward(x_t.unsqueeze(0), p.txt, timesteps, p.shapes, p.img_cu.to(device), p.txt_cu.to(device));
     return at::mse_loss(prediction.squeeze(0).to(at::kFloat), target.to(at::kFloat));
   }
 
@@ -133,6 +168,10 @@ class MageFlowTransformer final : public Transformer {
 
   void set_stage_observer(StageObserver observer) override {
     model_->set_stage_observer(std::move(observer));
+  }
+
+  std::unique_ptr<sample::Denoiser> denoiser(const sample::FlowMatchSchedulerConfig& scheduler) override {
+    return sample::mageflow_denoiser(*model_, scheduler);
   }
 
   Batch synthetic_batch(int64_t batch, int64_t image_tokens, int64_t text_tokens,
@@ -176,6 +215,57 @@ class MageFlowTransformer final : public Transformer {
   models::MageFlow model_;
 };
 
+bool is_turbo(const std::string& flavour) { return flavour == "turbo" || flavour == "edit-turbo"; }
+
+// check_user_config of SimpleTuner's mageflow/model.py: tokenizer_max_length defaults to 2048; turbo
+// checkpoints are meant for few-step validation (SimpleTuner warns above 8 steps; remat also makes
+// 4 steps without CFG the default when the config sets neither, as SimpleTuner's turbo examples do).
+std::vector<std::string> apply_mageflow_flavour(TrainConfig& config, const std::vector<std::string>& given) {
+  const auto set = [&](const char* key) { return std::find(given.begin(), given.end(), key) != given.end(); };
+  std::vector<std::string> warnings;
+  if (!set("tokenizer_max_length")) config.tokenizer_max_length = encoders::kMageFlowMaxSequenceLength;
+  if (is_turbo(config.model_flavour)) {
+    if (!set("validation_num_inference_steps")) config.validation_num_inference_steps = 4;
+    if (!set("validation_guidance")) config.validation_guidance = 1.0;
+    if (config.validation_num_inference_steps > 8) {
+      warnings.push_back("[train] Mage-Flow Turbo checkpoints are intended for few-step validation; consider "
+                         "validation_num_inference_steps 4 (got " +
+                         std::to_string(config.validation_num_inference_steps) + ")");
+    }
+  }
+  return warnings;
+}
+
+// The pipeline's scheduler config, else MageFlowPipeline's default (pipeline.py _load_scheduler).
+sample::FlowMatchSchedulerConfig mageflow_scheduler(const encoders::PipelineFolder& folder, const std::string&) {
+  if (folder.components.count("scheduler")) {
+    return sample::FlowMatchSchedulerConfig::from_json_file(folder.directory("scheduler") + "/scheduler_config.json");
+  }
+  return sample::mageflow_default_scheduler();
+}
+
+// The text encoder, the VAE and the transformer must agree on the widths they exchange.
+void check_mageflow_pipeline(const encoders::PipelineFolder& folder, const TransformerSpec& spec) {
+  const auto config = mageflow_config_of(spec);
+  if (folder.components.count("text_encoder")) {
+    const auto text = encoders::mageflow_text_config_of(folder);
+    if (text.hidden_size != config.context_in_dim) {
+      throw_value_error("[sample] '" + folder.root + "': text_encoder/config.json has hidden_size " +
+                        std::to_string(text.hidden_size) + " but the transformer takes context_in_dim " +
+                        std::to_string(config.context_in_dim) + "; the components come from different models");
+    }
+  }
+  if (folder.components.count("vae")) {
+    const auto vae = encoders::mage_vae_config_of(folder);
+    if (vae.latent_channels != config.in_channels || vae.latent_channels != config.output_channels()) {
+      throw_value_error("[sample] '" + folder.root + "': the VAE has latent_channels " +
+                        std::to_string(vae.latent_channels) + " but the transformer takes in_channels " +
+                        std::to_string(config.in_channels) + " and makes out_channels " +
+                        std::to_string(config.output_channels()) + "; the components come from different models");
+    }
+  }
+}
+
 }  // namespace
 
 void register_family_mageflow() {
@@ -189,9 +279,17 @@ void register_family_mageflow() {
   f.latents = LatentLayout{kMageFlowName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
                            /*variable_text_length=*/true};
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"}};
-  // It trains from a transformer folder (config.json and safetensors weights); remat reads no
-  // MageFlow pipeline folder and has no MageFlow encoders, so it trains on latent caches made elsewhere.
-  f.encoders.layout = {{}, "remat reads no MageFlow pipeline folders", {{"transformer", "diffusers", {}, "config.json", true}}};
+  f.apply_flavour = apply_mageflow_flavour;
+  // Qwen3-VL's language model and Mage-VAE (remat/encoders/mageflow_encoders.h).
+  f.encoders = encoders::mageflow_family_encoders();
+  f.pipeline_classes = {"MageFlowPipeline", "MageFlowEditPipeline"};
+  f.guidance_is_cfg = true;  // MageFlowPipeline's guidance_scale weighs a negative prompt (CFG-Zero*)
+  // MageFlowPipeline.__call__: 20 steps, guidance_scale 5.0; encode_prompt: max_sequence_length 2048.
+  f.pipeline_defaults = {20, 5.0, encoders::kMageFlowMaxSequenceLength};
+  f.max_sequence_length = 4096;  // tokenizer_max_length's bound; the pipeline itself has none
+  f.scheduler = mageflow_scheduler;
+  f.check_pipeline = check_mageflow_pipeline;
+  f.write_demo_pipeline = encoders::write_mageflow_demo_pipeline;
   f.lora_target_presets = {"default"};
   f.lora_target_modules = models::mageflow_lora_target_modules;
   f.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {

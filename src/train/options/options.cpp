@@ -514,7 +514,9 @@ std::vector<OptionSpec> build_registry() {
       .min(1).max(4096)
       .tooltip("The caption embeddings of an image run are cached at this length (prompt_embeds of "
                "tokenizer_max_length x T5 width); a new value re-encodes every caption. FLUX.1-dev uses "
-               "512, schnell 256; short captions train faster with fewer (the demo uses 32)."));
+               "512, schnell 256; short captions train faster with fewer (the demo uses 32). MageFlow "
+               "encodes each caption unpadded and cuts it to this many tokens; unset, it is 2048 there, "
+               "as SimpleTuner sets it."));
   // SimpleTuner's default is "simpletuner-results"; this tool names its own.
   add(Opt(kData, "output_dir", T::Path, bind_field(&C::output_dir),
           "Directory where model checkpoints and logs will be saved"));

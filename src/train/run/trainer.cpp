@@ -375,7 +375,7 @@ void Trainer::setup() {
   start_gradient_sync();  // after the profile, whose backward must not reach the reducer
 
   const int64_t batches_per_epoch = images_ ? images_->batches_per_epoch()
-                                            : BatchSampler(data_->shapes(), config_.train_batch_size).batches_per_epoch();
+                                            : BatchSampler(data_->bucket_keys(), config_.train_batch_size).batches_per_epoch();
   total_steps_ = config_.max_train_steps > 0 ? config_.max_train_steps : steps_for_epochs(batches_per_epoch);
   schedule_ = LrSchedule{parse_lr_scheduler(config_.lr_scheduler), config_.learning_rate,
                          config_.lr_warmup_steps, std::max<int64_t>(total_steps_, 1)};

@@ -50,6 +50,14 @@ class EvalMode {
 // The largest side decoded in one piece.
 constexpr int64_t kValidationTilingAbove = 1024;
 
+// The scale of classifier-free guidance on the negative prompt: validation_guidance_real (FLUX.1's
+// true CFG), or validation_guidance itself for families whose pipelines' guidance_scale is CFG
+// (MageFlow: SimpleTuner passes validation_guidance to MageFlowPipeline with the negative prompt).
+double cfg_scale(const TrainConfig& config) {
+  return model_family(config.model_family).guidance_is_cfg ? config.validation_guidance
+                                                           : config.validation_guidance_real;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -87,6 +95,7 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log, std
   s.encoder_settings.dtype = config.mixed_precision == "bf16" ? at::kBFloat16 : at::kFloat;
   s.encoder_settings.max_sequence_length = config.tokenizer_max_length;
   s.encoder_settings.device = at::Device(config.device);
+  s.encoder_settings.flavour = config.model_flavour;
   // The pipeline's encoders and scheduler with the run's own transformer (checked to fit them).
   const TransformerSpec transformer = transformer_spec_of(config, resolve_model_source(config));
   s.pipeline = make_text_to_image(model_family(config.model_family), s.pipeline_folder, config.model_flavour,
@@ -106,7 +115,7 @@ ValidationRenderer::ValidationRenderer(const TrainConfig& config, LogFn log, std
       return sample::PromptEmbeddings{to_float(e.prompt_embeds), to_float(e.pooled_prompt_embeds)};
     };
     for (const auto& p : s.prompts) s.embeddings.push_back(encode(p.prompt));
-    if (config.validation_guidance_real > 1.0) s.negative = encode(config.validation_negative_prompt);
+    if (cfg_scale(config) > 1.0) s.negative = encode(config.validation_negative_prompt);
   }  // the text encoders are freed here
   s.references.resize(s.prompts.size());
   s.reference_paths.resize(s.prompts.size());
@@ -161,7 +170,7 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
   sample::SamplingSettings settings;
   settings.num_inference_steps = s.config.validation_num_inference_steps;
   settings.guidance_scale = s.config.validation_guidance;
-  settings.true_cfg_scale = s.negative ? s.config.validation_guidance_real : 1.0;
+  settings.true_cfg_scale = s.negative ? cfg_scale(s.config) : 1.0;
   settings.no_cfg_until_step = s.config.validation_no_cfg_until_timestep;
   settings.seed = s.seed;
   settings.vae_scale_factor = s.pipeline->vae_scale_factor();
@@ -213,7 +222,8 @@ ValidationRun ValidationRenderer::render(Transformer& transformer, int64_t step,
           // Tiled above 1024 px a side, as `remat sample` decodes by default: an untiled 1024x1024
           // decode alone holds several GiB of activations (docs/VAE.md).
           vae->set_tiling(std::max(res.width, res.height) > kValidationTilingAbove);
-          const at::Tensor pixels = sample::to_uint8_image(vae->decode_latents(latents[w][p][r]));
+          const at::Tensor pixels =
+              sample::to_uint8_image(vae->decode_latents(latents[w][p][r]), vae->pixel_conversion());
           const std::string name =
               validation_image_file_name(step, s.prompts[p].shortname, static_cast<int64_t>(r), res, weights_ema[w]);
           image::PngText text = {{"prompt", s.prompts[p].prompt},

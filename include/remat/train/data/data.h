@@ -68,6 +68,10 @@ struct Batch {
   at::Tensor latents;               ///< (B, C, H, W)
   at::Tensor prompt_embeds;         ///< (B, L, D)
   at::Tensor pooled_prompt_embeds;  ///< (B, P); undefined unless pooled
+  /// Per sample, its text tokens, when the batch pads captions of different lengths to the longest
+  /// (variable_text_length layouts: MageFlow packs each sample's own tokens); empty: every sample
+  /// has all L of prompt_embeds.
+  std::vector<int64_t> prompt_lengths;
   /// FLUX.1 Kontext: the reference pictures' clean latents (B, C, Hc, Wc), appended to the noisy
   /// latents as tokens of their own (SimpleTuner's conditioning_latents); undefined otherwise.
   at::Tensor conditioning_latents;
@@ -76,6 +80,15 @@ struct Batch {
   /// batch draws the same noise whichever process trains it (Note [One run, any world size]).
   std::optional<uint64_t> noise_seed;
 };
+
+/// The key a sample is batched by: its shape, with the text length L left out (0) for a
+/// variable_text_length layout, whose batches hold captions of any lengths (stack_prompt_embeds).
+REMAT_API SampleShape bucket_key(const SampleShape& shape, const LatentLayout& layout);
+
+/// Batch::prompt_embeds of captions (L_i, D): stacked when every L_i is equal; otherwise each is
+/// zero-padded to the longest and `lengths` gets every L_i (Batch::prompt_lengths), as SimpleTuner's
+/// MageFlow collate_prompt_embeds pads with a mask.
+REMAT_API at::Tensor stack_prompt_embeds(const std::vector<at::Tensor>& prompts, std::vector<int64_t>& lengths);
 
 /// Deterministic shuffled batches over samples bucketed by shape.
 ///
@@ -139,6 +152,8 @@ class REMAT_API LatentDataset {
 
   /// Shapes of every sample, in index order.
   const std::vector<SampleShape>& shapes() const { return shapes_; }
+  /// bucket_key of every sample: what epoch_batches batches by.
+  std::vector<SampleShape> bucket_keys() const;
 
   /// Reads sample i. Throws c10::Error naming the file if it changed shape since open().
   Sample get(int64_t i) const;
@@ -147,7 +162,7 @@ class REMAT_API LatentDataset {
   /// is empty or mixes shapes.
   Batch get_batch(const std::vector<int64_t>& indices) const;
 
-  /// BatchSampler(shapes(), batch_size).epoch(seed, epoch, rank, world_size): see BatchSampler.
+  /// BatchSampler(bucket_keys(), batch_size).epoch(seed, epoch, rank, world_size): see BatchSampler.
   std::vector<std::vector<int64_t>> epoch_batches(uint64_t seed, int64_t epoch, int64_t batch_size,
                                                   int64_t rank = 0, int64_t world_size = 1) const;
 

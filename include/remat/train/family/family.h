@@ -27,6 +27,10 @@
 #include "remat/sample/scheduler.h"
 #include "remat/train/data/data.h"
 
+namespace remat::encoders {
+struct DemoPipelineOptions;
+}  // namespace remat::encoders
+
 namespace remat::train {
 
 class Transformer;
@@ -76,6 +80,14 @@ struct AttentionLayers {
   int64_t heads = 0;  ///< heads of each
 };
 
+/// What a family's pipelines default to when called (diffusers' __call__ arguments): `remat sample`
+/// uses them for the options a user leaves unset.
+struct PipelineDefaults {
+  int64_t num_inference_steps = 28;  ///< FluxPipeline: 28
+  double guidance_scale = 3.5;       ///< FluxPipeline: 3.5 (embedded guidance)
+  int64_t max_sequence_length = 512; ///< FluxPipeline: 512
+};
+
 struct ModelFamily {
   /// The model_family value (SimpleTuner's --model_family).
   std::string name;
@@ -108,12 +120,24 @@ struct ModelFamily {
   /// Those of pipeline_classes that edit an input picture as FLUX.1 Kontext's does
   /// (sample::TextToImage::edits_pictures: "FluxKontextPipeline").
   std::vector<std::string> picture_editing_pipeline_classes;
+  /// Whether its pipelines' guidance_scale is classifier-free guidance on a negative prompt
+  /// (MageFlowPipeline) rather than a value the transformer embeds (FLUX.1-dev): validation's
+  /// validation_guidance and `remat sample --guidance_scale` then set SamplingSettings::true_cfg_scale,
+  /// and a negative prompt is encoded when it is above 1.
+  bool guidance_is_cfg = false;
+  /// Its pipelines' __call__ defaults.
+  PipelineDefaults pipeline_defaults;
   /// The most text tokens its pipelines take (FluxPipeline.check_inputs: 512).
   int64_t max_sequence_length = 512;
   /// Its pipelines' scheduler: the folder's scheduler/ config when it has one, else the published
   /// one of `flavour`. Unset: the family does not sample.
   std::function<sample::FlowMatchSchedulerConfig(const encoders::PipelineFolder& folder, const std::string& flavour)>
       scheduler;
+  /// Writes a tiny pipeline folder of the family with random weights (`remat make-demo-pipeline`;
+  /// options.transformer_preset is one of its presets) and returns the components written. Unset:
+  /// the family has no demo folder.
+  std::function<std::vector<std::string>(const std::string& root, const encoders::DemoPipelineOptions& options)>
+      write_demo_pipeline;
   /// Checks, from the configs alone, that a pipeline folder's components fit each other and the
   /// transformer of `spec` (the widths they exchange), so a folder assembled from different models
   /// fails before anything loads. Throws c10::ValueError naming the files. Unset: not checked.
