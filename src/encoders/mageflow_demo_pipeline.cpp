@@ -1,7 +1,6 @@
 // The tiny MageFlow pipeline folder of `remat make-demo-pipeline --model_family mageflow`.
 #include "remat/encoders/mageflow_demo_pipeline.h"
 
-#include <algorithm>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -35,19 +34,14 @@ void make_demo_directory(const std::string& dir) {
 
 void write_demo_text(const std::string& path, const std::string& text) { util::write_file_atomically(path, text, "pipeline"); }
 
-void write_mageflow_transformer(const std::string& dir, const models::MageFlowConfig& config, const DemoPipelineOptions& options) {
+// One diffusion_pytorch_model.safetensors: SimpleTuner's MageFlowTransformer2DModel.from_pretrained
+// and the vendored load_from_repo read that file alone (remat reads sharded folders too).
+void write_mageflow_transformer(const std::string& dir, const models::MageFlowConfig& config,
+                                const DemoPipelineOptions& options) {
   torch::manual_seed(options.seed);
   models::MageFlow model(config);
   model->to(demo_weight_dtype(options.dtype));
-  uint64_t total = 0, largest = 0;
-  for (const auto& [name, tensor] : io::module_state(*model)) {
-    const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
-    total += bytes;
-    largest = std::max(largest, bytes);
-  }
-  const auto shards = static_cast<uint64_t>(std::max<int64_t>(1, options.transformer_shards));
-  const uint64_t limit = shards == 1 ? total : std::max(largest, total / shards + 1);
-  models::save_component(dir, *model, config.to_json(), limit, "diffusion_pytorch_model");
+  models::save_component(dir, *model, config.to_json(), models::kDefaultMaxShardBytes, "diffusion_pytorch_model");
 }
 
 void write_mageflow_vae(const std::string& dir, const models::MageFlowConfig& transformer, const DemoPipelineOptions& options) {

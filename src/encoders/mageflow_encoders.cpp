@@ -3,6 +3,7 @@
 // (encode_prompt, _tokens_to_image) and autoencoder.py (MageVAE.from_pretrained) at bc8e6ab7.
 #include "remat/encoders/mageflow_encoders.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <torch/torch.h>
@@ -146,13 +147,15 @@ int64_t mage_vae_peak_bytes(const MageVaeConfig& config, int64_t width, int64_t 
   // Per pixel: the head's input (3 + hidden_size_x + 64 position channels), its conditioning and
   // a few hidden_size_x-wide temporaries alive at once; per latent pixel: the DiCo blocks'
   // 4x-wide feed-forward and the CoD decoder's few hidden_size-wide maps. One window's attention
-  // scores (window^2 tokens squared, float32 softmax) on top. Checked against the peak-tracking
-  // allocator in tests/encoders/mageflow_encoders_test.cpp.
+  // scores (window^2 tokens squared, float32 softmax) on top. A bfloat16 model still makes some
+  // float32 temporaries (its norms): counted at 3 bytes an element. Checked against the
+  // peak-tracking allocator in tests/encoders/mageflow_encoders_test.cpp (float32 and bfloat16).
   const double per_pixel = static_cast<double>(3 + 64 + 8 * config.hidden_size_x);
   const double per_latent = static_cast<double>(config.hidden_size) * (config.mlp_ratio + 6.0);
   const double window = static_cast<double>(config.attention_window * config.attention_window);
   const double scores = 2.0 * window * window * 4.0;
-  return static_cast<int64_t>((pixels * per_pixel + latent * per_latent) * static_cast<double>(element_bytes) + scores);
+  const double bytes = static_cast<double>(std::max<int64_t>(element_bytes, 3));
+  return static_cast<int64_t>((pixels * per_pixel + latent * per_latent) * bytes + scores);
 }
 
 FamilyEncoders mageflow_family_encoders() {

@@ -94,27 +94,30 @@ at::Tensor denoise(models::MageFlowImpl& transformer, const FlowMatchSchedulerCo
   const at::Tensor noise = at::randn({1, channels, h, w}, generator, at::TensorOptions().dtype(weight.scalar_type()));
   at::Tensor tokens = noise.permute({0, 2, 3, 1}).reshape({1, h * w, channels}).to(model);
 
-  const std::vector<models::ImageShape> shapes{{1, h, w}};
-  const auto cu = [&](int64_t length) {
-    return torch::tensor(std::vector<int32_t>{0, static_cast<int32_t>(length)}, at::kInt).to(weight.device());
-  };
-  const at::Tensor img_cu = cu(h * w);
-  const at::Tensor pos_txt = positive.prompt_embeds.unsqueeze(0).to(model);
-  const at::Tensor pos_cu = cu(pos_txt.size(1));
-  at::Tensor neg_txt, neg_cu;
-  if (cfg) {
-    neg_txt = negative->prompt_embeds.unsqueeze(0).to(model);
-    neg_cu = cu(neg_txt.size(1));
-  }
+  // One packed sample, or with CFG the pipeline's fused pass (_build_pack_ctx with batch_cfg True,
+  // as MageFlowPipeline.__call__ always builds it): the image tokens twice, the positive then the
+  // negative text, as two samples of one forward. Not the same as two forwards: the RoPE tables
+  // number the samples of a pack (MageFlowEmbedRope._compute_video_freqs), so the unconditional
+  // half's tokens sit at frame position 1.
+  const int64_t L = h * w, n = cfg ? 2 : 1;
+  const at::Tensor pos_txt = positive.prompt_embeds.to(model);
+  const at::Tensor txt = (cfg ? at::cat({pos_txt, negative->prompt_embeds.to(model)}, 0) : pos_txt).unsqueeze(0);
+  std::vector<int32_t> img_offsets{0}, txt_offsets{0, static_cast<int32_t>(pos_txt.size(0))};
+  for (int64_t k = 0; k < n; ++k) img_offsets.push_back(static_cast<int32_t>((k + 1) * L));
+  if (cfg) txt_offsets.push_back(static_cast<int32_t>(txt.size(1)));
+  const at::Tensor img_cu = torch::tensor(img_offsets, at::kInt).to(weight.device());
+  const at::Tensor txt_cu = torch::tensor(txt_offsets, at::kInt).to(weight.device());
+  const std::vector<models::ImageShape> shapes(static_cast<size_t>(n), models::ImageShape{1, h, w});
 
   const int64_t steps = schedule.steps();
   for (int64_t i = 0; i < steps; ++i) {
-    // _transformer_velocity: torch.full((na,), sigma, dtype=img.dtype).
-    const at::Tensor t = at::full({1}, schedule.sigmas[i].item<float>(), model);
+    // _transformer_velocity: torch.full((na,), sigma, dtype=img.dtype), one per packed sample.
+    const at::Tensor t = at::full({n}, schedule.sigmas[i].item<float>(), model);
     const at::Tensor x = tokens.to(model);
-    at::Tensor v = transformer.forward(x, pos_txt, t, shapes, img_cu, pos_cu);
+    const at::Tensor out = transformer.forward(cfg ? at::cat({x, x}, 1) : x, txt, t, shapes, img_cu, txt_cu);
+    at::Tensor v = out.narrow(1, 0, L);
     if (cfg) {
-      const at::Tensor v_neg = transformer.forward(x, neg_txt, t, shapes, img_cu, neg_cu);
+      const at::Tensor v_neg = out.narrow(1, L, L);
       const at::Tensor alpha = optimized_scale(v, v_neg).view({1, 1, 1}).to(v.scalar_type());
       v = v_neg * alpha + settings.true_cfg_scale * (v - v_neg * alpha);
     }

@@ -77,6 +77,20 @@ out=$("$remat" train --config examples/mageflow-image-80g.peft-lora/config.json 
       --pretrained_model_name_or_path=out/demo-flux --ignore_unsupported_options 2>&1)
 [[ $? -eq 2 ]] || fail "a Flux folder trained as MageFlow"
 grep -q 'MageFlowPipeline' <<<"$out" || fail "the Flux-folder error does not say what was expected"
+# An edit flavour trains from text alone: reference pictures are refused, naming why.
+cat > pairs-data.json <<'JSON'
+[
+  {"id": "edits", "type": "local", "instance_data_dir": "out/demo", "caption_strategy": "textfile", "resolution": 64,
+   "resolution_type": "pixel", "conditioning_data": ["references"], "cache_dir_vae": "out/cache/edits"},
+  {"id": "references", "type": "local", "instance_data_dir": "out/demo", "conditioning_type": "reference_strict",
+   "resolution": 64, "resolution_type": "pixel", "cache_dir_vae": "out/cache/references"},
+  {"id": "text-embeds", "type": "local", "dataset_type": "text_embeds", "default": true, "cache_dir": "out/cache/text"}
+]
+JSON
+out=$("$remat" train --config examples/mageflow-image-80g.peft-lora/config.json "${flags[@]}" --model_flavour=edit \
+      --data_backend_config=pairs-data.json --ignore_unsupported_options 2>&1)
+[[ $? -eq 2 ]] || fail "an edit flavour trained on reference pictures"
+grep -q "vision tower" <<<"$out" || fail "the reference-picture error does not say why"
 rm -r out/demo-mageflow/vae
 out=$("$remat" sample --pipeline out/demo-mageflow --prompt "x" --width 32 --height 32 --output x.png 2>&1)
 [[ $? -ne 0 ]] || fail "sampling without vae/ succeeded"

@@ -199,12 +199,13 @@ TEST(MageFlowEncoders, VaeConfigRoundTripsAndSizesAreChecked) {
 // mage_vae_peak_bytes against the peak-tracking allocator: an upper bound, and not a loose one.
 TEST(MageFlowEncoders, VaePeakEstimateBoundsTheMeasuredPeak) {
   remat::memory::install_cpu_tracking();
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
   for (const char* preset : {"mage-vae-tiny", "mage-vae"}) {
     MageVaeConfig c = MageVaeConfig::preset(preset);
-    auto vae = MageVae::random(c, 0, 0.05, at::kFloat);
+    auto vae = MageVae::random(c, 0, 0.05, dtype);
     for (const int64_t side : {64, 128}) {
       torch::NoGradGuard no_grad;
-      const at::Tensor picture = torch::rand({1, 3, side, side}) * 2 - 1;
+      const at::Tensor picture = (torch::rand({1, 3, side, side}) * 2 - 1).to(dtype);
       int64_t measured = 0;
       at::Tensor latents;
       {
@@ -217,9 +218,9 @@ TEST(MageFlowEncoders, VaePeakEstimateBoundsTheMeasuredPeak) {
         const at::Tensor decoded = vae.decode(latents);
         measured = std::max(measured, peak.peak_bytes() - peak.baseline_bytes());
       }
-      const int64_t estimate = mage_vae_peak_bytes(c, side, side, 4);
-      EXPECT_GE(estimate, measured) << preset << " at " << side << " px";
-      EXPECT_LE(estimate, 3 * measured) << preset << " at " << side << " px";
+      const int64_t estimate = mage_vae_peak_bytes(c, side, side, static_cast<int64_t>(c10::elementSize(dtype)));
+      EXPECT_GE(estimate, measured) << preset << " at " << side << " px in " << dtype;
+      EXPECT_LE(estimate, 3 * measured) << preset << " at " << side << " px in " << dtype;
     }
   }
 }

@@ -1,10 +1,12 @@
 // MageFlow's denoising loop on a random mageflow-tiny transformer, against the loop written out here
 // from SimpleTuner's MageFlowPipeline.__call__ (pipeline.py at bc8e6ab7): torch.randn noise as tokens,
-// sigmas torch.linspace(1, 1/N, N) shifted by 6 in float32, the velocity at timesteps = sigma,
-// CFG-Zero*'s projection evaluated in float64, the Euler step; its schedule against the published
+// sigmas torch.linspace(1, 1/N, N) shifted by 6 in float32, the velocity at timesteps = sigma (with a
+// negative prompt, both from one fused two-sample forward), CFG-Zero*'s projection evaluated in
+// float64, the Euler step; its schedule against the published
 // formula; and MageFlow's 8-bit conversion (clamp, 127.5 (x + 1), truncation) against values worked
 // out by hand.
 
+#include <utility>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -44,6 +46,19 @@ class MageFlowSamplerTest : public ::testing::Test {
                            cu(e.prompt_embeds.size(0)));
   }
 
+  // The pipeline's CFG pass (_build_pack_ctx with batch_cfg True): the image tokens twice and the
+  // positive then the negative text as two samples of one forward.
+  std::pair<at::Tensor, at::Tensor> fused(const at::Tensor& tokens, const PromptEmbeddings& negative, float sigma,
+                                          int64_t h, int64_t w) {
+    torch::NoGradGuard no_grad;
+    const int64_t L = h * w, tp = positive_.prompt_embeds.size(0), tn = negative.prompt_embeds.size(0);
+    const at::Tensor out = model_->forward(
+        at::cat({tokens, tokens}, 1), at::cat({positive_.prompt_embeds, negative.prompt_embeds}, 0).unsqueeze(0),
+        torch::full({2}, sigma), {{1, h, w}, {1, h, w}}, torch::tensor(std::vector<int32_t>{0, int32_t(L), int32_t(2 * L)}),
+        torch::tensor(std::vector<int32_t>{0, int32_t(tp), int32_t(tp + tn)}));
+    return {out.narrow(1, 0, L), out.narrow(1, L, L)};
+  }
+
   // The pipeline's loop, step by step.
   at::Tensor by_hand(double cfg, const PromptEmbeddings* negative) {
     const int64_t h = settings_.height / 16, w = settings_.width / 16, C = model_->config().in_channels;
@@ -60,7 +75,8 @@ class MageFlowSamplerTest : public ::testing::Test {
     for (int64_t i = 0; i < n; ++i) {
       at::Tensor v = velocity(tokens, positive_, sigmas[i], h, w);
       if (negative != nullptr && cfg > 1) {
-        const at::Tensor u = velocity(tokens, *negative, sigmas[i], h, w);
+        const auto [fused_v, u] = fused(tokens, *negative, sigmas[i], h, w);
+        v = fused_v;
         const double alpha = (v.to(at::kDouble) * u.to(at::kDouble)).sum().item<double>() /
                              ((u.to(at::kDouble) * u.to(at::kDouble)).sum().item<double>() + 1e-8);
         v = u * alpha + cfg * (v - u * alpha);
@@ -98,6 +114,15 @@ TEST_F(MageFlowSamplerTest, TheLoopIsThePipelines) {
   const at::Tensor guided = denoise(*model_, mageflow_default_scheduler(), positive_, &negative_, settings_);
   EXPECT_TRUE(at::allclose(guided, by_hand(4.0, &negative_), 1e-5, 1e-5));
   EXPECT_FALSE(at::allclose(guided, plain, 1e-3, 1e-3));
+  // The fused pass is upstream's, not two separate forwards: the second sample of the pack gets
+  // frame position 1 in RoPE, so its velocity differs from the negative prompt's own forward.
+  {
+    at::Generator g = at::detail::createCPUGenerator(3);
+    const at::Tensor x = torch::randn({1, 6, model_->config().in_channels}, g);
+    const auto [pos, neg] = fused(x, negative_, 0.5f, 2, 3);
+    EXPECT_TRUE(at::allclose(pos, velocity(x, positive_, 0.5f, 2, 3), 1e-5, 1e-6));
+    EXPECT_FALSE(at::allclose(neg, velocity(x, negative_, 0.5f, 2, 3), 1e-4, 1e-5));
+  }
   // A scale of 1 runs no negative pass: the picture without CFG.
   settings_.true_cfg_scale = 1.0;
   EXPECT_TRUE(at::equal(denoise(*model_, mageflow_default_scheduler(), positive_, &negative_, settings_), plain));

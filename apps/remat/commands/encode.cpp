@@ -53,8 +53,8 @@ int run_encode(const std::vector<std::string>& args) {
   app.add_option("--dtype", dtype, "Encoder weights and computation")
       ->check(CLI::IsMember({"bfloat16", "float32"}))->capture_default_str();
   app.add_option("--tokenizer_max_length", max_length,
-                 "Text tokens per caption (FluxPipeline's max_sequence_length: 512 for dev, 256 for schnell)")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}))->capture_default_str();
+                 "Text tokens per caption (unset: the pipeline's default, FluxPipeline's 512 or MageFlow's 2048)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("--latents", latents_mode, "The posterior's sample (as training caches it) or its mean")
       ->check(CLI::IsMember({"sample", "mean"}))->capture_default_str();
   add_registry_option(app, "seed", seed);
@@ -72,6 +72,7 @@ int run_encode(const std::vector<std::string>& args) {
 
   const train::ModelFamily& family = train::family_of_pipeline(folder);
   const encoders::FamilyEncoders& family_encoders = family.encoders;
+  if (app.count("--tokenizer_max_length") == 0) max_length = family.pipeline_defaults.max_sequence_length;
   if (!family_encoders.available()) {
     throw_value_error("[encode] remat has no encoders for the " + family.name + " family of '" + folder + "'");
   }

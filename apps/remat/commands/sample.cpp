@@ -166,8 +166,7 @@ int run_sample(const std::vector<std::string>& args) {
   app.add_option("--tokenizer_max_length,--max_sequence_length", max_length,
                  "Text tokens per prompt (the pipeline's max_sequence_length; unset: its default, FluxPipeline's "
                  "512 or MageFlowPipeline's 2048)")
-      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
-      ->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   app.add_option("--vae_tiling_above", tiling_above,
                  "The VAE decodes in tiles when the width or height exceeds this many pixels (0: always)")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()))

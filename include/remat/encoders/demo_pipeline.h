@@ -26,7 +26,8 @@ struct DemoPipelineOptions {
   std::string dtype = "bf16";
   /// The transformer's weights are cut with a shard limit of total / transformer_shards, which
   /// under the hub's rule gives this many shards or one more (>= 2 exercises the index; 1 writes
-  /// one diffusion_pytorch_model.safetensors).
+  /// one diffusion_pytorch_model.safetensors). Flux only: MageFlow's demo transformer is one file,
+  /// as upstream's loaders read it.
   int64_t transformer_shards = 2;
 };
 

@@ -9,8 +9,10 @@
 ///    scheduler's constant shift (6 in MageFlowPipeline's default scheduler), a final 0 appended;
 ///  - each step the transformer's velocity at timesteps = sigma in the transformer's dtype; with a
 ///    negative prompt and a CFG scale above 1 (SamplingSettings::true_cfg_scale: the pipeline's
-///    guidance_scale) CFG-Zero*, the pipeline's default: alpha = <v_pos, v_neg> / (|v_neg|^2 + 1e-8)
-///    over every element in float32, v = alpha v_neg + scale (v_pos - alpha v_neg);
+///    guidance_scale) one fused forward of two packed samples, the positive and the negative text
+///    (the pipeline's batch_cfg pass, whose RoPE puts the second sample at frame position 1), then
+///    CFG-Zero*, the pipeline's default: alpha = <v_pos, v_neg> / (|v_neg|^2 + 1e-8) over every
+///    element in float32, v = alpha v_neg + scale (v_pos - alpha v_neg);
 ///  - the Euler step of FlowMatchEulerDiscreteScheduler (float32 sum, the velocity's dtype after).
 /// Not implemented (the pipeline's options that are off by default): skip-layer guidance,
 /// guidance_rescale, CFG renormalisation, batched prompts. settings.no_cfg_until_step is ignored,

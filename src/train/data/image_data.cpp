@@ -47,6 +47,13 @@ void check_pairs_fit_flavour(const TrainConfig& config, const std::string& optio
                                 "and add that backend with \"dataset_type\": \"conditioning\", \"conditioning_type\": "
                                 "\"reference_strict\" (a data_backend_config; pictures pair by relative path)");
     }
+    if (!pairs && !image.conditioning_data.empty() && flavour && !flavour->pairs_unsupported.empty()) {
+      throw ValidationError(option, value,
+                            "[train] dataset '" + image.id + "' has conditioning_data '" + image.conditioning_data.front() +
+                                "', but remat trains model_flavour " + config.model_flavour +
+                                " from text alone: " + flavour->pairs_unsupported +
+                                "; remove conditioning_data (the edit prompt template is still used)");
+    }
     if (!pairs && !image.conditioning_data.empty()) {
       throw ValidationError(option, value,
                             "[train] dataset '" + image.id + "' has conditioning_data '" + image.conditioning_data.front() +

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "remat/autocast.h"
+#include "remat/default_dtype.h"
 #include "remat/encoders/mageflow_demo_pipeline.h"
 #include "remat/encoders/mageflow_encoders.h"
 #include "remat/encoders/mageflow_text_encoder.h"
@@ -29,8 +30,14 @@ const char* const kMageFlowName = "mageflow";
 // base; its quickstart names microsoft/* repositories but its code loads natalie5/*, and remat follows
 // the code), all the published architecture, then remat's small test configurations.
 std::vector<FlavourSpec> mageflow_flavours() {
-  // The edit flavours train text to image with the edit prompt template; their reference pictures
-  // need Qwen3-VL's vision tower, which remat does not have (a conditioning dataset is refused).
+  // The edit flavours train text to image with the edit prompt template; a conditioning dataset is
+  // refused with this reason.
+  const std::string vision = "its reference pictures are read by Qwen3-VL's vision tower, which remat does not have";
+  const auto edit = [&](const char* name, const char* summary, const char* hub_id) {
+    FlavourSpec f{name, "mageflow-4b", summary, "", hub_id};
+    f.pairs_unsupported = vision;
+    return f;
+  };
   return {
       {"base", "mageflow-4b", "Mage-Flow base, SimpleTuner's default (12 blocks, hidden size 3072)", "",
        "natalie5/Mage-Flow-Base"},
@@ -38,12 +45,12 @@ std::vector<FlavourSpec> mageflow_flavours() {
        "natalie5/Mage-Flow"},
       {"turbo", "mageflow-4b", "Mage-Flow Turbo: the few-step model, same architecture as base", "",
        "natalie5/Mage-Flow-Turbo"},
-      {"edit-base", "mageflow-4b", "Mage-Flow Edit base: trained on image edits (remat trains it text to image, edit template)", "",
-       "natalie5/Mage-Flow-Edit-Base"},
-      {"edit", "mageflow-4b", "Mage-Flow Edit: trained on image edits (remat trains it text to image, edit template)", "",
-       "natalie5/Mage-Flow-Edit"},
-      {"edit-turbo", "mageflow-4b", "Mage-Flow Edit Turbo: trained on image edits (remat trains it text to image, edit template)", "",
-       "natalie5/Mage-Flow-Edit-Turbo"},
+      edit("edit-base", "Mage-Flow Edit base: trained on image edits (remat trains it text to image, edit template)",
+           "natalie5/Mage-Flow-Edit-Base"),
+      edit("edit", "Mage-Flow Edit: trained on image edits (remat trains it text to image, edit template)",
+           "natalie5/Mage-Flow-Edit"),
+      edit("edit-turbo", "Mage-Flow Edit Turbo: trained on image edits (remat trains it text to image, edit template)",
+           "natalie5/Mage-Flow-Edit-Turbo"),
       {"mageflow-tiny", "mageflow-tiny", "remat's test configuration: 2 blocks, hidden size 64", ""},
       {"mageflow-small", "mageflow-small", "remat's small configuration: 6 blocks, hidden size 128", ""},
   };
@@ -64,6 +71,8 @@ class MageFlowTransformer final : public Transformer {
 
   static models::MageFlow build(const TransformerSpec& spec) {
     const models::MageFlowConfig config = mageflow_config_of(spec);
+    // Built in its dtype: a bf16 model never has a float32 copy.
+    DefaultDtypeGuard dtype(spec.dtype);
     if (spec.base_precision.mode == models::WeightQuantization::none) {
       models::MageFlow model(config);
       load_weights(*model, spec.weights, spec.variant);
@@ -218,8 +227,9 @@ class MageFlowTransformer final : public Transformer {
 bool is_turbo(const std::string& flavour) { return flavour == "turbo" || flavour == "edit-turbo"; }
 
 // check_user_config of SimpleTuner's mageflow/model.py: tokenizer_max_length defaults to 2048; turbo
-// checkpoints are meant for few-step validation (SimpleTuner warns above 8 steps; remat also makes
-// 4 steps without CFG the default when the config sets neither, as SimpleTuner's turbo examples do).
+// checkpoints are meant for few-step validation (SimpleTuner warns above 8 steps, remat when validation
+// is on; remat also makes 4 steps without CFG the default when the config sets neither, as
+// SimpleTuner's turbo examples do).
 std::vector<std::string> apply_mageflow_flavour(TrainConfig& config, const std::vector<std::string>& given) {
   const auto set = [&](const char* key) { return std::find(given.begin(), given.end(), key) != given.end(); };
   std::vector<std::string> warnings;
@@ -227,7 +237,7 @@ std::vector<std::string> apply_mageflow_flavour(TrainConfig& config, const std::
   if (is_turbo(config.model_flavour)) {
     if (!set("validation_num_inference_steps")) config.validation_num_inference_steps = 4;
     if (!set("validation_guidance")) config.validation_guidance = 1.0;
-    if (config.validation_num_inference_steps > 8) {
+    if (config.validation_num_inference_steps > 8 && !config.validation_disable) {
       warnings.push_back("[train] Mage-Flow Turbo checkpoints are intended for few-step validation; consider "
                          "validation_num_inference_steps 4 (got " +
                          std::to_string(config.validation_num_inference_steps) + ")");

@@ -63,6 +63,9 @@ struct FlavourSpec {
   /// Trains on picture pairs (FLUX.1 Kontext): every image dataset needs a conditioning dataset of
   /// reference pictures (remat/data/dataset_config.h), and no other flavour accepts one.
   bool trains_on_pairs = false;
+  /// Non-empty: the flavour is published for picture pairs that remat cannot train (MageFlow's edit
+  /// flavours), and why; a dataset with reference pictures is refused with it.
+  std::string pairs_unsupported = {};
 };
 
 /// The widths of a flavour's text conditioning: what a latent cache for it must hold.
