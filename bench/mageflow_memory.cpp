@@ -65,6 +65,7 @@ int main() {
     spec.base_precision = models::parse_base_model_precision(p);
     train::ModelUse use;
     use.weight_element_bytes = 2;
+    use.base_precision = spec.base_precision;
     const auto demand = train::predict_model_memory(spec, use);
     transformer_parameters = demand->parameters;
     transformer_bytes.push_back(demand->weight_bytes);
@@ -81,6 +82,7 @@ int main() {
     spec.base_precision = models::parse_base_model_precision(p);
     train::ModelUse use;
     use.weight_element_bytes = 2;
+    use.base_precision = spec.base_precision;
     use.training = true;
     use.lora_rank = 16;
     use.lora_target = "default";

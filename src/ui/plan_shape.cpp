@@ -10,11 +10,13 @@
 namespace remat::ui::detail {
 namespace {
 
-// Flux and MageFlow: 8x VAE downsampling, then 2x2 packing: one image token per 16x16 pixels.
-// `resolution` is a side in pixels, or megapixels when below 16 (SimpleTuner's area mode).
+// One image token per pixel_multiple x pixel_multiple pixels (Flux: 8x VAE downsampling, then 2x2
+// packing; MageFlow: 16x, one token per latent pixel). `resolution` is a side in pixels, or
+// megapixels when below 16 (SimpleTuner's area mode).
 int64_t image_tokens_of(const train::TrainConfig& config) {
   const double side = config.resolution < 16 ? std::sqrt(config.resolution * 1e6) : config.resolution;
-  const int64_t per_side = std::max<int64_t>(1, static_cast<int64_t>(std::lround(side / 16)));
+  const auto pixels_per_token = static_cast<double>(train::model_family(config.model_family).encoders.pixel_multiple);
+  const int64_t per_side = std::max<int64_t>(1, static_cast<int64_t>(std::lround(side / pixels_per_token)));
   return per_side * per_side;
 }
 
