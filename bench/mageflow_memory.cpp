@@ -37,8 +37,8 @@ int64_t text_encoder_bytes(const encoders::Qwen3TextConfig& c, const models::Bas
   int64_t linear_parameters = 0, linear_bytes = 0;
   for (const auto& [out, in] : linears) {
     linear_parameters += out * in;
-    linear_bytes += precision.mode == models::WeightQuantization::none ? 2 * out * in
-                                                                       : models::quantized_weight_bytes(out, in, precision);
+    const bool bf16 = precision.mode == models::WeightQuantization::none;
+    linear_bytes += bf16 ? 2 * out * in : models::quantized_weight_bytes(out, in, precision);
   }
   const int64_t others = c.parameter_count() - c.num_hidden_layers * linear_parameters;
   return c.num_hidden_layers * linear_bytes + 2 * others;
@@ -53,7 +53,9 @@ int main() {
   std::printf("%-16s %14s %12s %12s %12s\n", "component", "parameters", "bf16 GiB", "int8 GiB", "nf4 GiB");
   const std::vector<std::string> precisions = {"no_change", "int8-quanto", "nf4-bnb"};
   std::printf("%-16s %14lld", "text_encoder", static_cast<long long>(text.parameter_count()));
-  for (const auto& p : precisions) std::printf(" %12.3f", gib(text_encoder_bytes(text, models::parse_base_model_precision(p))));
+  for (const auto& p : precisions) {
+    std::printf(" %12.3f", gib(text_encoder_bytes(text, models::parse_base_model_precision(p))));
+  }
   std::printf("\n%-16s %14lld %12.3f %12s %12s\n", "vae", static_cast<long long>(vae.parameter_count()),
               gib(2 * vae.parameter_count()), "-", "-");
   train::TransformerSpec spec;

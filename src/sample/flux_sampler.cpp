@@ -150,26 +150,11 @@ at::Tensor denoise(models::FluxImpl& transformer, const FlowMatchSchedulerConfig
   return models::flux_unpack_latents(latents, h, w).squeeze(0).to(at::kCPU, at::kFloat).contiguous();
 }
 
-namespace {
-
-class FluxDenoiser final : public Denoiser {
- public:
-  FluxDenoiser(models::FluxImpl& transformer, FlowMatchSchedulerConfig scheduler)
-      : transformer_(transformer), scheduler_(std::move(scheduler)) {}
-  at::Tensor denoise(const PromptEmbeddings& positive, const PromptEmbeddings* negative,
-                     const SamplingSettings& settings, const StepCallback& on_step) override {
-    return sample::denoise(transformer_, scheduler_, positive, negative, settings, on_step);
-  }
-
- private:
-  models::FluxImpl& transformer_;
-  FlowMatchSchedulerConfig scheduler_;
-};
-
-}  // namespace
-
 std::unique_ptr<Denoiser> flux_denoiser(models::FluxImpl& transformer, const FlowMatchSchedulerConfig& scheduler) {
-  return std::make_unique<FluxDenoiser>(transformer, scheduler);
+  return make_denoiser([&transformer, scheduler](const PromptEmbeddings& positive, const PromptEmbeddings* negative,
+                                                 const SamplingSettings& settings, const StepCallback& on_step) {
+    return denoise(transformer, scheduler, positive, negative, settings, on_step);
+  });
 }
 
 }  // namespace remat::sample

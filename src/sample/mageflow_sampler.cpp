@@ -128,27 +128,12 @@ at::Tensor denoise(models::MageFlowImpl& transformer, const FlowMatchSchedulerCo
   return tokens.to(at::kFloat).reshape({h, w, channels}).permute({2, 0, 1}).to(at::kCPU).contiguous();
 }
 
-namespace {
-
-class MageFlowDenoiser final : public Denoiser {
- public:
-  MageFlowDenoiser(models::MageFlowImpl& transformer, FlowMatchSchedulerConfig scheduler)
-      : transformer_(transformer), scheduler_(std::move(scheduler)) {}
-  at::Tensor denoise(const PromptEmbeddings& positive, const PromptEmbeddings* negative,
-                     const SamplingSettings& settings, const StepCallback& on_step) override {
-    return sample::denoise(transformer_, scheduler_, positive, negative, settings, on_step);
-  }
-
- private:
-  models::MageFlowImpl& transformer_;
-  FlowMatchSchedulerConfig scheduler_;
-};
-
-}  // namespace
-
 std::unique_ptr<Denoiser> mageflow_denoiser(models::MageFlowImpl& transformer,
                                             const FlowMatchSchedulerConfig& scheduler) {
-  return std::make_unique<MageFlowDenoiser>(transformer, scheduler);
+  return make_denoiser([&transformer, scheduler](const PromptEmbeddings& positive, const PromptEmbeddings* negative,
+                                                 const SamplingSettings& settings, const StepCallback& on_step) {
+    return denoise(transformer, scheduler, positive, negative, settings, on_step);
+  });
 }
 
 }  // namespace remat::sample

@@ -13,6 +13,18 @@ namespace remat::sample {
 
 namespace {
 
+class LoopDenoiser final : public Denoiser {
+ public:
+  explicit LoopDenoiser(DenoisingLoop loop) : loop_(std::move(loop)) {}
+  at::Tensor denoise(const PromptEmbeddings& positive, const PromptEmbeddings* negative,
+                     const SamplingSettings& settings, const StepCallback& on_step) override {
+    return loop_(positive, negative, settings, on_step);
+  }
+
+ private:
+  DenoisingLoop loop_;
+};
+
 // A decoded picture as (3, H, W): throws naming the shape unless it is (1, 3, H, W) or (3, H, W).
 at::Tensor one_picture(const at::Tensor& decoded) {
   const bool batched = decoded.defined() && decoded.dim() == 4 && decoded.size(0) == 1;
@@ -24,6 +36,8 @@ at::Tensor one_picture(const at::Tensor& decoded) {
 }
 
 }  // namespace
+
+std::unique_ptr<Denoiser> make_denoiser(DenoisingLoop loop) { return std::make_unique<LoopDenoiser>(std::move(loop)); }
 
 at::Tensor to_uint8_image(const at::Tensor& decoded, encoders::PixelConversion conversion) {
   if (conversion == encoders::PixelConversion::diffusers_postprocess) return to_uint8_image(decoded);

@@ -90,7 +90,8 @@ c10::Device parse_device(const std::string& text) {
 
 int run_sample(const std::vector<std::string>& args) {
   CLI::App app{"Text to image with a diffusers Flux or MageFlow pipeline folder (FluxPipeline, MageFlowPipeline: "
-               "flow-matching Euler with the scheduler config's shift) and any number of LoRAs. Writes PNGs with the prompt, seed, "
+               "flow-matching Euler with the scheduler config's shift) and any number of LoRAs. Writes PNGs with "
+               "the prompt, seed, "
                "steps, guidance and model in PNG text chunks.",
                "remat sample"};
   std::string folder, output, prompt_file, dtype = "bfloat16", device_text = "cpu";
@@ -200,9 +201,10 @@ int run_sample(const std::vector<std::string>& args) {
   // The pipeline's own defaults for what was left unset; with MageFlow's pipelines guidance_scale is
   // classifier-free guidance on the negative prompt (train::ModelFamily::guidance_is_cfg).
   const train::ModelFamily& family = train::family_of_pipeline(folder);
-  if (app.count("--num_inference_steps") == 0) settings.num_inference_steps = family.pipeline_defaults.num_inference_steps;
-  if (app.count("--guidance_scale") == 0) settings.guidance_scale = family.pipeline_defaults.guidance_scale;
-  if (app.count("--tokenizer_max_length") == 0) max_length = family.pipeline_defaults.max_sequence_length;
+  const train::PipelineDefaults& defaults = family.pipeline_defaults;
+  if (app.count("--num_inference_steps") == 0) settings.num_inference_steps = defaults.num_inference_steps;
+  if (app.count("--guidance_scale") == 0) settings.guidance_scale = defaults.guidance_scale;
+  if (app.count("--tokenizer_max_length") == 0) max_length = defaults.max_sequence_length;
   if (family.guidance_is_cfg && app.count("--true_cfg_scale") == 0) settings.true_cfg_scale = settings.guidance_scale;
 
   sample::PipelineOptions options;

@@ -3,10 +3,10 @@
 /// A tiny MageFlow pipeline folder with random weights (`remat make-demo-pipeline --model_family
 /// mageflow`), in the layout of remat/encoders/mageflow_encoders.h: model_index.json
 /// (MageFlowPipeline, with `_vae_source` and `_text_encoder_path` as the vendored loader reads them),
-/// transformer/ (a MageFlowConfig preset in one file, as upstream's loaders read it), vae/ (Mage-VAE in upstream's checkpoint layout,
-/// small sizes in its config.json), text_encoder/ (a Qwen3-VL config.json, the language model's
-/// weights under their Qwen3-VL names, a small real-format Qwen2 tokenizer.json) and scheduler/
-/// (MageFlowPipeline's default: shift 6, no dynamic shifting).
+/// transformer/ (a MageFlowConfig preset in one file, as upstream's loaders read it), vae/ (Mage-VAE
+/// in upstream's checkpoint layout, small sizes in its config.json), text_encoder/ (a Qwen3-VL
+/// config.json, the language model's weights under their Qwen3-VL names, a small real-format Qwen2
+/// tokenizer.json) and scheduler/ (MageFlowPipeline's default: shift 6, no dynamic shifting).
 
 #include <string>
 #include <vector>

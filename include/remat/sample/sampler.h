@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include <ATen/Tensor.h>
 
@@ -70,6 +71,11 @@ class REMAT_API Denoiser {
   virtual at::Tensor denoise(const PromptEmbeddings& positive, const PromptEmbeddings* negative,
                              const SamplingSettings& settings, const StepCallback& on_step = {}) = 0;
 };
+
+/// A Denoiser whose denoise calls `loop` (a family's denoising loop bound to its model and scheduler).
+using DenoisingLoop = std::function<at::Tensor(const PromptEmbeddings& positive, const PromptEmbeddings* negative,
+                                               const SamplingSettings& settings, const StepCallback& on_step)>;
+REMAT_API std::unique_ptr<Denoiser> make_denoiser(DenoisingLoop loop);
 
 /// diffusers' VaeImageProcessor.postprocess to PIL: a decoded picture (1, 3, H, W) or (3, H, W),
 /// roughly in [-1, 1], -> (x * 0.5 + 0.5).clamp(0, 1) in its dtype, then * 255 in float32 rounded
