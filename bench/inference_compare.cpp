@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
   }
   const std::string dir = argv[1], work = argv[2], dtype_name = argv[3];
   remat::memory::install_cpu_tracking();
+  remat::memory::reuse_freed_host_memory();  // as the CLI does
   remat::set_cpu_threads(std::stoll(argv[4]));
   const at::ScalarType dtype = dtype_name == "bf16" ? at::kBFloat16 : at::kFloat;
   torch::NoGradGuard no_grad;

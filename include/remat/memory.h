@@ -21,6 +21,18 @@ namespace remat::memory {
 /// main().
 REMAT_API void install_cpu_tracking();
 
+/// Lets freed host memory be reused instead of handed back to the kernel after every free: glibc's
+/// malloc otherwise starts by mapping each block above 128 KiB on its own and trimming the heap
+/// whenever 128 KiB lie free at its top, and only grows those limits as it sees such blocks freed.
+/// An inference loop that allocates and frees the same tens of MiB each step then takes them back
+/// from the kernel page by page every step (about 11,000 page faults a step for the sampling
+/// benchmark's transformer, none in the Python process it is compared with). Sets the limits glibc
+/// grows towards, at once: blocks from 32 MiB on are mapped on their own, and up to 64 MiB free at
+/// the heap's top is kept. Returns whether it set them: not when the user set either limit
+/// (GLIBC_TUNABLES glibc.malloc.*, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_), or off glibc.
+/// The CLI calls it first thing; a library user decides for their own process.
+REMAT_API bool reuse_freed_host_memory();
+
 /// Whether install_cpu_tracking() has run.
 REMAT_API bool cpu_tracking_installed();
 

@@ -6,11 +6,16 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <mutex>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -83,6 +88,22 @@ std::once_flag g_install_once;
 std::atomic<bool> g_installed{false};
 
 }  // namespace
+
+bool reuse_freed_host_memory() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
+      std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    return false;  // the user's own setting wins
+  }
+  // DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, and the trim threshold glibc pairs with it (2x).
+  constexpr int kMapOnItsOwnFrom = 32 << 20;
+  constexpr int kKeepFreeAtTop = 64 << 20;
+  return mallopt(M_MMAP_THRESHOLD, kMapOnItsOwnFrom) == 1 && mallopt(M_TRIM_THRESHOLD, kKeepFreeAtTop) == 1;
+#else
+  return false;
+#endif
+}
 
 void install_cpu_tracking() {
   std::call_once(g_install_once, [] {
