@@ -67,6 +67,11 @@ struct CheckpointOptions {
 REMAT_API Tensors checkpoint(const SegmentFn& fn, const Tensors& inputs,
                              const CheckpointOptions& options = {});
 
+/// Whether this thread is recomputing a checkpointed segment now: true while a checkpoint's
+/// backward runs its segment again, false in the forward pass. Lets what a segment calls plan
+/// for the backward order (remat/weight_stream.h prefetches the segment before this one).
+REMAT_API bool in_recomputation();
+
 /// A checkpoint function: calls the segment, possibly through `checkpoint`. Lets callers wrap,
 /// count or replace the checkpointing of each segment.
 using CheckpointFn = std::function<Tensors(const SegmentFn&, const Tensors&)>;

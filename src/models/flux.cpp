@@ -204,6 +204,19 @@ void FluxImpl::set_checkpoint_plan(CheckpointPlan plan) {
   checkpointing_ = std::move(plan);
 }
 
+int64_t FluxImpl::set_block_swap(int64_t blocks_to_swap) {
+  const int64_t depth = config_.num_layers + config_.num_single_layers;
+  const int64_t count = clamp_blocks_to_swap(blocks_to_swap, depth);
+  block_swap_.reset();  // an earlier swap gives its weights back to the device first
+  if (count == 0) return 0;
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks;
+  for (const auto& b : transformer_blocks) blocks.push_back(b.ptr());
+  for (const auto& b : single_transformer_blocks) blocks.push_back(b.ptr());
+  block_swap_ = std::make_shared<BlockSwap>(blocks, std::vector<int64_t>{config_.num_layers, config_.num_single_layers},
+                                            count, x_embedder->weight_device());
+  return count;
+}
+
 at::Tensor FluxImpl::time_text_embedding(const at::Tensor& timestep,
                                          const std::optional<at::Tensor>& guidance,
                                          const at::Tensor& pooled_projections, at::ScalarType dtype) {
@@ -271,11 +284,29 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
       at::cat({txt_ids.to(x.device()), img_ids.to(x.device())}, 0), config_.axes_dims_rope, kRopeTheta);
 
   const bool active = checkpointing_.active(is_training());
-  const bool layer_scope = active && !checkpointing_.ffn_scope();
+  bool layer_scope = active && !checkpointing_.ffn_scope();
   const bool ffn_scope = active && checkpointing_.ffn_scope();
   const Backend ffn_backend = checkpointing_.backend();
+  std::vector<Layout> layouts;
+  if (layer_scope) {
+    layouts = {checkpointing_.layout_for(0, config_.num_layers), checkpointing_.layout_for(1, config_.num_single_layers)};
+  }
+  // Streamed blocks run as checkpoints while autograd records (see remat/models/block_swap.h);
+  // their FFN is then inside the block's checkpoint and not checkpointed again.
+  const auto swap = block_swap_;
+  const bool recording = torch::autograd::GradMode::is_enabled();
+  if (swap) {
+    if (recording && layouts.empty()) {
+      layouts = {layout_keep_all(config_.num_layers), layout_keep_all(config_.num_single_layers)};
+    }
+    layouts = swap->prepare(std::move(layouts), recording);
+    layer_scope = !layouts.empty();
+  }
+  const int64_t num_layers = config_.num_layers;
   // Which blocks checkpoint their FFN (SimpleTuner's per-block path: k % interval == 0).
-  auto ffn_for = [ffn_scope, ffn_backend, gc = checkpointing_](int64_t k) -> std::optional<Backend> {
+  auto ffn_for = [ffn_scope, ffn_backend, gc = checkpointing_, swap, recording](
+                     int64_t k, int64_t global) -> std::optional<Backend> {
+    if (swap && recording && swap->streamed(global)) return std::nullopt;
     if (ffn_scope && gc.ffn_block_selected(k)) return ffn_backend;
     return std::nullopt;
   };
@@ -286,16 +317,17 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   const auto cn_double = controlnet_block_samples;
   const int64_t cn_double_every =
       cn_double.empty() ? 1 : controlnet_interval(config_.num_layers, cn_double.size());
-  const RunBlock run_double = [doubles, temb, rope, cn_double, cn_double_every, ffn_for](
+  const RunBlock run_double = [doubles, temb, rope, cn_double, cn_double_every, ffn_for, swap](
                                   int64_t k, const Tensors& state) -> Tensors {
-    auto [c_out, x_out] = doubles[k].ptr()->forward(state[0], state[1], temb, rope, ffn_for(k));
+    if (swap) swap->use(k);
+    auto [c_out, x_out] = doubles[k].ptr()->forward(state[0], state[1], temb, rope, ffn_for(k, k));
     if (!cn_double.empty()) x_out = x_out + cn_double[k / cn_double_every];
     return {x_out, c_out};
   };
   Tensors state{x, c};
   if (stage_observer_) stage_observer_("blocks_begin", state);
   if (layer_scope) {
-    state = run_layout(checkpointing_.layout_for(0, config_.num_layers), state, run_double);
+    state = run_layout(layouts[0], state, run_double);
   } else {
     for (int64_t k = 0; k < config_.num_layers; ++k) state = run_double(k, state);
   }
@@ -304,9 +336,10 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   const auto cn_single = controlnet_single_block_samples;
   const int64_t cn_single_every =
       cn_single.empty() ? 1 : controlnet_interval(config_.num_single_layers, cn_single.size());
-  const RunBlock run_single = [singles, temb, rope, cn_single, cn_single_every, ffn_for, n_txt](
+  const RunBlock run_single = [singles, temb, rope, cn_single, cn_single_every, ffn_for, n_txt, swap, num_layers](
                                   int64_t k, const Tensors& st) -> Tensors {
-    at::Tensor s = singles[k].ptr()->forward(st[0], temb, rope, ffn_for(k));
+    if (swap) swap->use(num_layers + k);
+    at::Tensor s = singles[k].ptr()->forward(st[0], temb, rope, ffn_for(k, num_layers + k));
     if (!cn_single.empty()) {
       s = at::cat({s.narrow(1, 0, n_txt),
                    s.narrow(1, n_txt, s.size(1) - n_txt) + cn_single[k / cn_single_every]},
@@ -320,7 +353,7 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   // than at return, so it is not live beside the single stack's activations.
   state.clear();
   if (layer_scope) {
-    joint = run_layout(checkpointing_.layout_for(1, config_.num_single_layers), joint, run_single);
+    joint = run_layout(layouts[1], joint, run_single);
   } else {
     for (int64_t k = 0; k < config_.num_single_layers; ++k) joint = run_single(k, joint);
   }

@@ -18,6 +18,7 @@
 #include "remat/export.h"
 #include "remat/layout.h"
 #include "remat/models/blocks.h"
+#include "remat/models/block_swap.h"
 #include "remat/models/checkpointing.h"
 #include "remat/models/layers.h"
 #include "remat/models/lora.h"
@@ -103,6 +104,16 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   void set_checkpoint_plan(CheckpointPlan plan);
   const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
+  /// Block swap (remat/models/block_swap.h): the frozen weights of the last `blocks_to_swap` of
+  /// the num_layers + num_single_layers blocks live in host memory and are streamed to the
+  /// model's device for each use. 0 turns it off (the weights go back to the device). Call it
+  /// with the model on its device and LoRA applied. Returns the number of blocks streamed (the
+  /// request clamped to the blocks less one, as SimpleTuner); throws c10::ValueError for a
+  /// negative request.
+  int64_t set_block_swap(int64_t blocks_to_swap);
+  /// The block swap in effect, or null.
+  const BlockSwap* block_swap() const { return block_swap_.get(); }
+
   /// Called by forward() with the blocks' input state {x (B, N_i, D), c (B, N_t, D)} just before
   /// the first double block (stage "blocks_begin"), and with the joint output state
   /// {(B, N_t + N_i, D)} just after the last single block ("blocks_end"); see StageObserver.
@@ -125,6 +136,7 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   FluxConfig config_;
   CheckpointPlan checkpointing_;
   StageObserver stage_observer_;
+  std::shared_ptr<BlockSwap> block_swap_;
 };
 TORCH_MODULE(Flux);
 

@@ -38,8 +38,26 @@
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
 
+namespace remat {
+namespace {
+// Depth of CheckpointNode::apply recomputations running on this thread (nested checkpoints
+// recompute inside a recomputation).
+thread_local int t_recomputation_depth = 0;
+}  // namespace
+
+bool in_recomputation() { return t_recomputation_depth > 0; }
+
+}  // namespace remat
+
 namespace remat::detail {
 namespace {
+
+struct RecomputationScope {
+  RecomputationScope() { ++t_recomputation_depth; }
+  ~RecomputationScope() { --t_recomputation_depth; }
+  RecomputationScope(const RecomputationScope&) = delete;
+  RecomputationScope& operator=(const RecomputationScope&) = delete;
+};
 
 using torch::autograd::Edge;
 using torch::autograd::edge_list;
@@ -212,6 +230,7 @@ variable_list CheckpointNode::apply(variable_list&& grads) {
     if (preserve_rng_) fork.emplace(rng_);
     AutocastGuard autocast(autocast_);
     torch::autograd::AutoGradMode grad_on(true);
+    RecomputationScope recomputing;
     recomputed = fn_(leaves);
   }
   TORCH_CHECK(recomputed.size() == num_inputs(), "[remat::checkpoint] the segment returned ",

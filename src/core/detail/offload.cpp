@@ -16,37 +16,13 @@
 // CPU tensors are kept as they are: there is nowhere cheaper to put them.
 #include "detail/offload.h"
 
-#include <map>
+#include "detail/copy_stream.h"
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 namespace remat::detail {
 namespace {
-
-// One side stream per device for all copies, so copies are ordered among themselves.
-c10::Stream side_stream(const at::Device& device) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, c10::Stream> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(static_cast<int>(device.type()), static_cast<int>(device.index()));
-  auto it = streams.find(key);
-  if (it == streams.end()) {
-    c10::impl::VirtualGuardImpl impl(device.type());
-    it = streams.emplace(key, impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false)).first;
-  }
-  return it->second;
-}
-
-at::Device resolved_device(const at::Tensor& t) {
-  // A device without an index means the current one; streams need the concrete index.
-  at::Device device = t.device();
-  if (!device.has_index()) {
-    c10::impl::VirtualGuardImpl impl(device.type());
-    device = impl.getDevice();
-  }
-  return device;
-}
 
 // The offloaded checkpoint most recently created on this thread (see SavedInputs::create).
 thread_local std::weak_ptr<SavedInputs> t_last_offloaded;
@@ -79,11 +55,11 @@ std::shared_ptr<SavedInputs> SavedInputs::create(const Tensors& inputs, Backend 
 }
 
 void SavedInputs::offload(Entry& entry, const at::Tensor& tensor) {
-  const at::Device device = resolved_device(tensor);
+  const at::Device device = resolved_device(tensor.device());
   entry.device = device;
   c10::impl::VirtualGuardImpl impl(device.type());
   const c10::Stream compute = impl.getStream(device);
-  const c10::Stream side = side_stream(device);
+  const c10::Stream side = copy_stream(device);
 
   c10::Event produced(device.type());
   produced.record(compute);
@@ -105,7 +81,7 @@ void SavedInputs::prefetch() {
   for (auto& entry : entries_) {
     if (!entry.offloaded || entry.fetched.defined()) continue;
     c10::impl::VirtualGuardImpl impl(entry.device.type());
-    const c10::Stream side = side_stream(entry.device);
+    const c10::Stream side = copy_stream(entry.device);
     c10::StreamGuard on_side(side);
     // The side stream already ordered this after the copy to host (same stream).
     entry.fetched = at::empty(entry.data.sizes(), entry.data.options().device(entry.device));

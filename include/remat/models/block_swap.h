@@ -1,0 +1,70 @@
+#pragma once
+/// \file
+/// Block swap for a transformer's block stacks, with SimpleTuner's meaning of
+/// `musubi_blocks_to_swap` (MusubiBlockSwapManager.build in simpletuner/helpers/musubi_block_swap.py):
+/// the last N blocks of the model, in run order (Flux: the double blocks, then the single
+/// blocks), keep their frozen weights in host memory and are streamed to the device for each use
+/// (remat/weight_stream.h); N is clamped to the number of blocks less one.
+///
+/// In a pass with autograd recording, a streamed block must not leave its weights in the graph
+/// until backward (the graph would hold device memory, or a slot that is refilled): `prepare`
+/// turns every kept streamed block into a checkpoint of its own (recomputed in backward, with
+/// its weights streamed in again), and makes each checkpointed segment one group of the stream.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "remat/export.h"
+#include "remat/layout.h"
+#include "remat/weight_stream.h"
+
+namespace remat::models {
+
+/// SimpleTuner's clamp: at most `depth` - 1 blocks are swapped. Throws c10::ValueError for a
+/// negative request; sets `*clamped` when it lowered the request.
+REMAT_API int64_t clamp_blocks_to_swap(int64_t requested, int64_t depth, bool* clamped = nullptr);
+
+/// `layout` with every kept block in [begin, end) run as a checkpoint of its own (Recompute).
+REMAT_API Layout checkpoint_kept_blocks(const Layout& layout, int64_t begin, int64_t end);
+
+class REMAT_API BlockSwap {
+ public:
+  /// `blocks`: the model's blocks in run order, on `device`; `stack_sizes`: how many of them
+  /// each stack has (their sum is blocks.size()). Streams the frozen tensors (parameters and
+  /// buffers that do not require grad) of the last `blocks_to_swap` blocks (already clamped).
+  BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& blocks, std::vector<int64_t> stack_sizes,
+            int64_t blocks_to_swap, at::Device device);
+
+  /// Global index of the first streamed block, and how many are streamed.
+  int64_t first() const { return first_; }
+  int64_t count() const { return count_; }
+  bool streamed(int64_t global_block) const { return global_block >= first_; }
+
+  /// The layouts to run for a pass, one per stack, from the checkpoint plan's (`stack_layouts`,
+  /// empty: no checkpointing). With `recording` (autograd records the pass): kept streamed blocks
+  /// become checkpoints of their own and each checkpointed segment is one group; otherwise every
+  /// block is its own group and the layouts are returned as given. Rebuilds the stream's ring
+  /// when the groups need more slots.
+  std::vector<Layout> prepare(std::vector<Layout> stack_layouts, bool recording);
+
+  /// Makes `global_block`'s weights resident (no-op for a block that is not streamed).
+  void use(int64_t global_block);
+
+  WeightStreamStats stats() const { return stream_->stats(); }
+
+ private:
+  void ensure_slots(int64_t slots);
+
+  std::vector<std::vector<at::Tensor>> units_;
+  std::vector<int64_t> stack_sizes_;
+  int64_t first_ = 0;
+  int64_t count_ = 0;
+  at::Device device_;
+  std::unique_ptr<WeightStream> stream_;
+};
+
+}  // namespace remat::models

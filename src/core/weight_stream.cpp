@@ -1,0 +1,290 @@
+// Note [Weight stream]
+// Each streamed tensor T keeps its TensorImpl for the life of the stream (modules, optimizers and
+// autograd graphs refer to it); only its storage changes, through T.set_data:
+//   not resident: T points at its host copy H (pinned for a GPU);
+//   resident:     T points at a view of a ring slot (one flat byte buffer per slot, each tensor at
+//                 a 256-byte aligned offset), filled from H.
+// A slot is refilled only when its unit is released, and a unit is released only when a unit of
+// another group is used: the blocks of one checkpointed segment stay together through its
+// recomputation and backward (CheckpointNode::apply runs both before the backward pass moves on).
+//
+// On a GPU (compute stream S, copy stream P, both device-generic c10 streams):
+//   release(v): T(v) -> H(v); record event Free on S: the kernels that read the slot come first;
+//   load(u):    P waits Free of the slot; on P copy H(u) -> slot views (non_blocking); record
+//               Ready on P;
+//   use(u):     S waits Ready; T(u) -> slot views; then load the next unit of the schedule, so
+//               its copy overlaps u's computation.
+// The host never blocks. On the CPU the copies are synchronous and the ring is tracked memory,
+// the host copies are not (untracked_host_empty): remat's tracked bytes show what a GPU would
+// hold, which is what the tests and the planner's checks measure.
+#include "remat/weight_stream.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "detail/copy_stream.h"
+#include "remat/checkpoint.h"
+#include "remat/util/error.h"
+
+namespace remat {
+namespace {
+
+constexpr int64_t kAlignment = 256;
+
+int64_t aligned(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+int64_t tensor_bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+}  // namespace
+
+at::Tensor untracked_host_empty(at::IntArrayRef sizes, at::ScalarType dtype) {
+  c10::Allocator* allocator = c10::GetDefaultCPUAllocator();
+  int64_t numel = 1;
+  for (int64_t s : sizes) numel *= s;
+  const int64_t nbytes = numel * static_cast<int64_t>(c10::elementSize(dtype));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, allocator->allocate(nbytes), allocator,
+                       /*resizable=*/false);
+  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, 0, sizes, c10::contiguous_strides(sizes));
+}
+
+struct WeightStream::State {
+  struct Unit {
+    std::vector<at::Tensor> tensors;  // the module's own tensors (their impls never change)
+    std::vector<at::Tensor> host;     // their host copies
+    std::vector<int64_t> offsets;     // byte offsets in a slot
+    int64_t slot = -1;                // slot holding (or receiving) the unit, or -1
+    bool in_use = false;              // pointed at its slot (use() ran), not just prefetched
+  };
+  struct Slot {
+    at::Tensor buffer;  // uint8 on the device
+    int64_t unit = -1;
+    std::optional<c10::Event> free;   // recorded on the compute stream at release
+    std::optional<c10::Event> ready;  // recorded on the copy stream after the load
+  };
+
+  at::Device device{at::kCPU};
+  bool accelerator = false;
+  std::vector<Unit> units;
+  std::vector<Slot> slots;
+  std::vector<int64_t> group;
+  int64_t slot_bytes = 0;
+  int64_t host_bytes = 0;
+  int64_t copies = 0;
+  int64_t bytes_copied = 0;
+
+  at::Tensor slot_view(const Slot& slot, const at::Tensor& host, int64_t offset) const {
+    return slot.buffer.narrow(0, offset, tensor_bytes(host)).view(host.scalar_type()).view(host.sizes());
+  }
+
+  void release(int64_t u) {
+    Unit& unit = units[u];
+    if (unit.slot < 0) return;
+    Slot& slot = slots[unit.slot];
+    for (size_t i = 0; i < unit.tensors.size(); ++i) unit.tensors[i].set_data(unit.host[i]);
+    if (accelerator) {
+      c10::impl::VirtualGuardImpl impl(device.type());
+      if (!slot.free) slot.free.emplace(device.type());
+      slot.free->record(impl.getStream(device));
+    }
+    slot.unit = -1;
+    unit.slot = -1;
+    unit.in_use = false;
+  }
+
+  int64_t free_slot() {
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (slots[s].unit < 0) return static_cast<int64_t>(s);
+    }
+    // A prefetched unit nobody used yet gives its slot up (the schedule changed under us).
+    for (size_t s = 0; s < slots.size(); ++s) {
+      if (!units[slots[s].unit].in_use) {
+        release(slots[s].unit);
+        return static_cast<int64_t>(s);
+      }
+    }
+    TORCH_CHECK(false, "[weight_stream] all ", slots.size(),
+                " ring slots hold units in use; the ring needs the largest group + 1 slots");
+  }
+
+  void load(int64_t u) {
+    Unit& unit = units[u];
+    if (unit.slot >= 0) return;
+    const int64_t s = free_slot();
+    Slot& slot = slots[s];
+    slot.unit = u;
+    unit.slot = s;
+    if (accelerator) {
+      c10::impl::VirtualGuardImpl impl(device.type());
+      const c10::Stream side = detail::copy_stream(device);
+      if (slot.free) slot.free->block(side);
+      c10::StreamGuard on_side(side);
+      for (size_t i = 0; i < unit.host.size(); ++i) {
+        slot_view(slot, unit.host[i], unit.offsets[i]).copy_(unit.host[i], /*non_blocking=*/true);
+      }
+      if (!slot.ready) slot.ready.emplace(device.type());
+      slot.ready->record(side);
+    } else {
+      for (size_t i = 0; i < unit.host.size(); ++i) slot_view(slot, unit.host[i], unit.offsets[i]).copy_(unit.host[i]);
+    }
+    ++copies;
+    for (const auto& h : unit.host) bytes_copied += tensor_bytes(h);
+  }
+
+  // The unit the backward pass or the forward pass needs after `u` (Note [Weight stream]).
+  int64_t next_after(int64_t u) const {
+    const int64_t n = static_cast<int64_t>(units.size());
+    if (!in_recomputation()) return u + 1 < n ? u + 1 : -1;
+    if (u + 1 < n && group[u + 1] == group[u]) return u + 1;
+    int64_t first = u;
+    while (first > 0 && group[first - 1] == group[u]) --first;
+    if (first == 0) return -1;
+    int64_t previous_first = first - 1;
+    while (previous_first > 0 && group[previous_first - 1] == group[first - 1]) --previous_first;
+    return previous_first;
+  }
+};
+
+WeightStream::WeightStream(std::vector<std::vector<at::Tensor>> units, at::Device device, int64_t ring_slots)
+    : state_(std::make_unique<State>()) {
+  State& st = *state_;
+  if (units.empty()) throw_value_error("[weight_stream] no units to stream");
+  if (ring_slots < 2) {
+    throw_value_error("[weight_stream] ring_slots must be at least 2 (one in use, one being filled), got " +
+                            std::to_string(ring_slots));
+  }
+  st.device = detail::resolved_device(device);
+  st.accelerator = !st.device.is_cpu();
+  for (size_t u = 0; u < units.size(); ++u) {
+    State::Unit unit;
+    int64_t offset = 0;
+    for (auto& t : units[u]) {
+      if (!t.defined() || t.numel() == 0) continue;
+      if (t.requires_grad()) {
+        throw_value_error("[weight_stream] unit " + std::to_string(u) +
+                                " has a tensor that requires grad; only frozen weights are streamed");
+      }
+      if (t.device() != st.device && !(t.device().type() == st.device.type() && !t.device().has_index())) {
+        throw_value_error("[weight_stream] unit " + std::to_string(u) + " has a tensor on " +
+                                t.device().str() + ", the stream's device is " + st.device.str());
+      }
+      at::Tensor host = st.accelerator
+                            ? at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true))
+                            : untracked_host_empty(t.sizes(), t.scalar_type());
+      host.copy_(t.detach());
+      st.host_bytes += tensor_bytes(host);
+      unit.offsets.push_back(offset);
+      offset += aligned(tensor_bytes(host));
+      unit.tensors.push_back(t);
+      unit.host.push_back(std::move(host));
+    }
+    st.slot_bytes = std::max(st.slot_bytes, offset);
+    st.units.push_back(std::move(unit));
+  }
+  for (auto& unit : st.units) {
+    for (size_t i = 0; i < unit.tensors.size(); ++i) unit.tensors[i].set_data(unit.host[i]);
+  }
+  st.slots.resize(static_cast<size_t>(ring_slots));
+  for (auto& slot : st.slots) {
+    slot.buffer = at::empty({std::max<int64_t>(st.slot_bytes, 1)}, at::TensorOptions().dtype(at::kByte).device(st.device));
+  }
+  st.group.resize(st.units.size());
+  for (size_t u = 0; u < st.group.size(); ++u) st.group[u] = static_cast<int64_t>(u);
+}
+
+WeightStream::~WeightStream() {
+  try {
+    release_all();
+    for (auto& unit : state_->units) {
+      for (size_t i = 0; i < unit.tensors.size(); ++i) unit.tensors[i].set_data(unit.host[i].to(state_->device, unit.host[i].scalar_type(),
+                                                  /*non_blocking=*/false, /*copy=*/true));
+    }
+  } catch (...) {
+    // A destructor must not throw; the tensors then stay on their host copies.
+  }
+}
+
+void WeightStream::set_groups(std::vector<int64_t> group_of_unit) {
+  State& st = *state_;
+  if (group_of_unit.size() != st.units.size()) {
+    throw_value_error("[weight_stream] " + std::to_string(group_of_unit.size()) + " groups for " +
+                            std::to_string(st.units.size()) + " units");
+  }
+  for (size_t u = 1; u < group_of_unit.size(); ++u) {
+    if (group_of_unit[u] < group_of_unit[u - 1]) {
+      throw_value_error("[weight_stream] groups must not decrease along the units; unit " +
+                              std::to_string(u) + " has group " + std::to_string(group_of_unit[u]) +
+                              " after " + std::to_string(group_of_unit[u - 1]));
+    }
+  }
+  if (slots_for_groups(group_of_unit) > static_cast<int64_t>(st.slots.size())) {
+    throw_value_error("[weight_stream] a group of " + std::to_string(slots_for_groups(group_of_unit) - 1) +
+                            " units needs " + std::to_string(slots_for_groups(group_of_unit)) +
+                            " ring slots, the stream has " + std::to_string(st.slots.size()));
+  }
+  if (group_of_unit == st.group) return;
+  release_all();
+  st.group = std::move(group_of_unit);
+}
+
+void WeightStream::use(int64_t u) {
+  State& st = *state_;
+  TORCH_CHECK_INDEX(u >= 0 && u < static_cast<int64_t>(st.units.size()), "[weight_stream] unit ", u,
+                    " out of range [0, ", st.units.size(), ")");
+  for (size_t v = 0; v < st.units.size(); ++v) {
+    if (st.units[v].in_use && st.group[v] != st.group[u]) st.release(static_cast<int64_t>(v));
+  }
+  State::Unit& unit = st.units[u];
+  if (!unit.in_use) {
+    st.load(u);
+    State::Slot& slot = st.slots[unit.slot];
+    if (st.accelerator) {
+      c10::impl::VirtualGuardImpl impl(st.device.type());
+      slot.ready->block(impl.getStream(st.device));
+    }
+    for (size_t i = 0; i < unit.tensors.size(); ++i) {
+      unit.tensors[i].set_data(st.slot_view(slot, unit.host[i], unit.offsets[i]));
+    }
+    unit.in_use = true;
+  }
+  const int64_t next = st.next_after(u);
+  if (next >= 0) st.load(next);
+}
+
+void WeightStream::release_all() {
+  for (size_t u = 0; u < state_->units.size(); ++u) state_->release(static_cast<int64_t>(u));
+}
+
+bool WeightStream::resident(int64_t unit) const { return state_->units.at(unit).in_use; }
+
+int64_t WeightStream::slots_for_groups(const std::vector<int64_t>& group_of_unit) {
+  int64_t largest = 0, run = 0;
+  for (size_t u = 0; u < group_of_unit.size(); ++u) {
+    run = (u > 0 && group_of_unit[u] == group_of_unit[u - 1]) ? run + 1 : 1;
+    largest = std::max(largest, run);
+  }
+  return largest + 1;
+}
+
+WeightStreamStats WeightStream::stats() const {
+  const State& st = *state_;
+  WeightStreamStats s;
+  s.units = static_cast<int64_t>(st.units.size());
+  s.ring_slots = static_cast<int64_t>(st.slots.size());
+  s.slot_bytes = st.slot_bytes;
+  s.device_bytes = s.ring_slots * st.slot_bytes;
+  s.host_bytes = st.host_bytes;
+  s.copies = st.copies;
+  s.bytes_copied = st.bytes_copied;
+  return s;
+}
+
+at::Device WeightStream::device() const { return state_->device; }
+
+}  // namespace remat

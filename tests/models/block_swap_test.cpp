@@ -1,0 +1,185 @@
+// Block swap on Flux (musubi_blocks_to_swap): a LoRA training step with the last blocks' frozen
+// weights streamed from host memory gives bitwise the outputs and gradients of the same run with
+// the weights on the device (the same checkpoint layout: streamed blocks that the plan keeps are
+// recomputed), and those of the plain run within rounding; the tracked (device) bytes drop by the
+// streamed weights less the ring.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "models/model_test_util.h"
+#include "remat/memory.h"
+#include "remat/models/block_swap.h"
+#include "remat/models/flux.h"
+#include "remat/models/lora.h"
+#include "value_error.h"
+
+namespace remat::models {
+namespace {
+namespace block_swap_test {  // per file: the suites compile in unity batches (tests/CMakeLists.txt)
+
+using test::RunResult;
+
+TEST(BlockSwapLayoutTest, KeptBlocksInTheRangeBecomeCheckpointsOfTheirOwn) {
+  const Layout layout{{{0, 3, BlockMode::Keep}, {3, 5, BlockMode::Recompute}, {5, 8, BlockMode::Keep}}};
+  const Layout got = checkpoint_kept_blocks(layout, 2, 7);
+  const Layout want{{{0, 2, BlockMode::Keep},
+                     {2, 3, BlockMode::Recompute},
+                     {3, 5, BlockMode::Recompute},
+                     {5, 6, BlockMode::Recompute},
+                     {6, 7, BlockMode::Recompute},
+                     {7, 8, BlockMode::Keep}}};
+  EXPECT_EQ(describe_layout(got), describe_layout(want));
+  EXPECT_TRUE(got == want);
+  EXPECT_TRUE(checkpoint_kept_blocks(layout, 8, 8) == layout);
+}
+
+TEST(BlockSwapLayoutTest, TheCountIsClampedAsSimpleTunerDoes) {
+  bool clamped = true;
+  EXPECT_EQ(clamp_blocks_to_swap(3, 57, &clamped), 3);
+  EXPECT_FALSE(clamped);
+  EXPECT_EQ(clamp_blocks_to_swap(80, 57, &clamped), 56);
+  EXPECT_TRUE(clamped);
+  EXPECT_EQ(clamp_blocks_to_swap(0, 57), 0);
+  EXPECT_NE(testing::error_of([] { clamp_blocks_to_swap(-1, 57); }).find("musubi_blocks_to_swap must be >= 0"),
+            std::string::npos);
+}
+
+class FluxBlockSwapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(0);
+    config_ = FluxConfig::preset("flux-tiny");
+    config_.num_layers = 3;
+    config_.num_single_layers = 4;
+    model_ = Flux(config_);
+    model_->to(torch::kFloat64);
+    apply_lora(*model_, flux_lora_target_modules("all+ffs"), 4, 4.0);
+    {
+      torch::NoGradGuard g;  // LoRA B starts at zero: give it values so its gradients are not special
+      for (auto& p : lora_parameters(*model_)) p.normal_(0.0, 0.1);
+    }
+    model_->train();
+    const int64_t B = 2;
+    inputs_ = {torch::randn({B, 16, 64}, torch::kFloat64), torch::randn({B, 8, 32}, torch::kFloat64),
+               torch::randn({B, 16}, torch::kFloat64)};
+    timestep_ = torch::tensor({0.3, 0.8}, torch::kFloat64);
+    guidance_ = torch::tensor({3.5, 4.0}, torch::kFloat64);
+    loss_weight_ = torch::randn({B, 16, 64}, torch::kFloat64);
+  }
+
+  RunResult run() {
+    return test::run_with_grads(
+        *model_, inputs_,
+        [&](const std::vector<at::Tensor>& in) {
+          return model_->forward(in[0], in[1], in[2], timestep_, flux_image_ids(4, 4), flux_text_ids(8), guidance_);
+        },
+        loss_weight_);
+  }
+
+  // The stacks' layouts a plan runs, with the blocks from global index `first` on that it keeps
+  // made checkpoints of their own: what the model runs when those blocks are streamed.
+  std::vector<Layout> effective_layouts(const CheckpointPlan& plan, int64_t first) const {
+    std::vector<Layout> layouts;
+    const std::vector<int64_t> sizes{config_.num_layers, config_.num_single_layers};
+    int64_t begin = 0;
+    for (size_t s = 0; s < 2; ++s) {
+      Layout layout = plan.enabled ? plan.layout_for(s, sizes[s]) : layout_keep_all(sizes[s]);
+      layouts.push_back(checkpoint_kept_blocks(layout, std::max<int64_t>(first - begin, 0), sizes[s]));
+      begin += sizes[s];
+    }
+    return layouts;
+  }
+
+  static void expect_bitwise(const RunResult& got, const RunResult& want, const std::string& label) {
+    EXPECT_TRUE(torch::equal(got.output, want.output)) << label << ": output";
+    int compared = 0;
+    for (const auto& [name, grad] : want.param_grads) {
+      const at::Tensor& g = got.param_grads.at(name);
+      ASSERT_EQ(g.defined(), grad.defined()) << label << ": " << name;
+      if (!grad.defined()) continue;
+      EXPECT_TRUE(torch::equal(g, grad)) << label << ": gradient of " << name;
+      ++compared;
+    }
+    for (size_t i = 0; i < want.input_grads.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got.input_grads[i], want.input_grads[i])) << label << ": input gradient " << i;
+    }
+    EXPECT_GT(compared, 0) << label;
+  }
+
+  FluxConfig config_;
+  Flux model_{nullptr};
+  std::vector<at::Tensor> inputs_;
+  at::Tensor timestep_, guidance_, loss_weight_;
+};
+
+TEST_F(FluxBlockSwapTest, StreamedTrainingStepsMatchTheWeightsOnTheDevice) {
+  const RunResult plain = run();
+  const std::vector<std::pair<std::string, CheckpointPlan>> plans = {
+      {"off", CheckpointPlan::off()},
+      {"interval 2", CheckpointPlan::simpletuner(true, 2, std::nullopt, "torch")},
+      {"per block, unsloth", CheckpointPlan::simpletuner(true, std::nullopt, std::nullopt, "unsloth")},
+      {"interval 2 stride 3", CheckpointPlan::simpletuner(true, 2, 3, "torch")},
+  };
+  for (const auto& [plan_name, plan] : plans) {
+    for (int64_t swap : {1, 4, 6}) {
+      const std::string label = plan_name + ", " + std::to_string(swap) + " blocks swapped";
+      const int64_t first = 7 - swap;
+      // The same layout with every weight on the device.
+      model_->set_block_swap(0);
+      model_->set_checkpoint_plan(CheckpointPlan::from_layouts(effective_layouts(plan, first)));
+      const RunResult on_device = run();
+      // Streamed.
+      model_->set_checkpoint_plan(plan);
+      EXPECT_EQ(model_->set_block_swap(swap), swap);
+      const RunResult streamed = run();
+      ASSERT_NE(model_->block_swap(), nullptr);
+      EXPECT_GT(model_->block_swap()->stats().copies, 0) << label;
+      expect_bitwise(streamed, on_device, label);
+      test::expect_same_run(streamed, plain, 1e-10, 1e-12, label + " against the plain run");
+      // A second step on the same stream (the ring already holds the first segment).
+      expect_bitwise(run(), on_device, label + ", second step");
+    }
+  }
+  model_->set_block_swap(0);
+  model_->set_checkpoint_plan(CheckpointPlan::off());
+  expect_bitwise(run(), plain, "swap turned off");
+}
+
+TEST_F(FluxBlockSwapTest, FeedForwardScopeAndInferenceStayExact) {
+  const RunResult plain = run();
+  model_->set_checkpoint_plan(CheckpointPlan::simpletuner(true, 1, std::nullopt, "torch-ffn"));
+  model_->set_block_swap(3);
+  test::expect_same_run(run(), plain, 1e-10, 1e-12, "torch-ffn with 3 blocks swapped");
+
+  model_->set_block_swap(0);
+  model_->eval();
+  torch::NoGradGuard no_grad;
+  const auto forward = [&] {
+    return model_->forward(inputs_[0], inputs_[1], inputs_[2], timestep_, flux_image_ids(4, 4), flux_text_ids(8),
+                           guidance_);
+  };
+  const at::Tensor want = forward();
+  model_->set_block_swap(6);
+  EXPECT_TRUE(torch::equal(forward(), want)) << "inference with 6 blocks swapped";
+  // Inference runs each block as its own group: the ring stays at two slots.
+  EXPECT_EQ(model_->block_swap()->stats().ring_slots, 2);
+}
+
+TEST_F(FluxBlockSwapTest, TrackedBytesDropByTheStreamedWeightsLessTheRing) {
+  int64_t streamed_bytes = 0;
+  const int64_t before = memory::current_bytes();
+  for (const auto& block : model_->single_transformer_blocks) {
+    for (const auto& p : block->parameters()) {
+      if (!p.requires_grad()) streamed_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    }
+  }
+  model_->set_block_swap(4);  // the four single blocks
+  const WeightStreamStats s = model_->block_swap()->stats();
+  EXPECT_EQ(s.host_bytes, streamed_bytes);
+  EXPECT_EQ(memory::current_bytes() - before, s.device_bytes - streamed_bytes);
+  EXPECT_LT(s.device_bytes, streamed_bytes);
+}
+
+}  // namespace block_swap_test
+}  // namespace
+}  // namespace remat::models
