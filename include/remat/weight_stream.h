@@ -51,11 +51,12 @@ struct WeightStreamStats {
 
 class REMAT_API WeightStream {
  public:
-  /// Takes over `units` (each a list of tensors that do not require grad; contiguous or not):
+  /// Takes over `units` (each a list of tensors that do not require grad; contiguous or not; on
+  /// `device` or on the host, so that a model too large for the device can be built on the host):
   /// copies them to host memory and points them there. `device` is where they are used (the
   /// model's device: a GPU, or the CPU, where the ring is real tracked memory and the copies
   /// synchronous). `ring_slots` >= 2. Throws c10::ValueError for an empty unit list, a tensor
-  /// that requires grad or lives on another device, or ring_slots < 2.
+  /// that requires grad or lives on a third device, or ring_slots < 2.
   WeightStream(std::vector<std::vector<at::Tensor>> units, at::Device device, int64_t ring_slots);
   /// Points every tensor back at device memory of its own (as before construction).
   ~WeightStream();

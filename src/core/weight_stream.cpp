@@ -170,9 +170,10 @@ WeightStream::WeightStream(std::vector<std::vector<at::Tensor>> units, at::Devic
         throw_value_error("[weight_stream] unit " + std::to_string(u) +
                                 " has a tensor that requires grad; only frozen weights are streamed");
       }
-      if (t.device() != st.device && !(t.device().type() == st.device.type() && !t.device().has_index())) {
-        throw_value_error("[weight_stream] unit " + std::to_string(u) + " has a tensor on " +
-                                t.device().str() + ", the stream's device is " + st.device.str());
+      const bool on_device = t.device() == st.device || (t.device().type() == st.device.type() && !t.device().has_index());
+      if (!on_device && !t.device().is_cpu()) {
+        throw_value_error("[weight_stream] unit " + std::to_string(u) + " has a tensor on " + t.device().str() +
+                          "; the stream's device is " + st.device.str() + " and its tensors must be there or on the host");
       }
       at::Tensor host = st.accelerator
                             ? at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true))

@@ -60,6 +60,7 @@ BlockSwap::BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& bloc
         }
       }
     }
+    for (const auto& t : frozen) streamed_.insert(t.unsafeGetTensorImpl());
     units_.push_back(std::move(frozen));
   }
   ensure_slots(2);
@@ -99,6 +100,21 @@ std::vector<Layout> BlockSwap::prepare(std::vector<Layout> stack_layouts, bool r
   ensure_slots(WeightStream::slots_for_groups(groups));
   stream_->set_groups(std::move(groups));
   return stack_layouts;
+}
+
+void BlockSwap::move_the_rest(torch::nn::Module& model) const {
+  const auto move = [&](const at::Tensor& t) {
+    if (!t.defined() || streamed_.count(t.unsafeGetTensorImpl()) || t.device() == device_) return;
+    t.set_data(t.to(device_));
+  };
+  for (const auto& p : model.parameters()) move(p);
+  for (const auto& b : model.buffers()) move(b);
+  for (const auto& module : model.modules()) {
+    if (const auto* linear = dynamic_cast<const LinearImpl*>(module.get())) {
+      const QuantizedWeight& q = linear->quantized_weight();
+      for (const at::Tensor* t : {&q.data, &q.scales, &q.scale_scales, &q.scale_offset}) move(*t);
+    }
+  }
 }
 
 void BlockSwap::use(int64_t global_block) {

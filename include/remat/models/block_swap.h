@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -33,7 +34,7 @@ REMAT_API Layout checkpoint_kept_blocks(const Layout& layout, int64_t begin, int
 
 class REMAT_API BlockSwap {
  public:
-  /// `blocks`: the model's blocks in run order, on `device`; `stack_sizes`: how many of them
+  /// `blocks`: the model's blocks in run order, on `device` or on the host; `stack_sizes`: how many of them
   /// each stack has (their sum is blocks.size()). Streams the frozen tensors (parameters and
   /// buffers that do not require grad) of the last `blocks_to_swap` blocks (already clamped).
   BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& blocks, std::vector<int64_t> stack_sizes,
@@ -55,11 +56,19 @@ class REMAT_API BlockSwap {
   void use(int64_t global_block);
 
   WeightStreamStats stats() const { return stream_->stats(); }
+  at::Device device() const { return device_; }
+
+  /// Moves every tensor of `model` the stream does not hold (the other blocks, the embedders,
+  /// LoRA factors, quantised weights outside the streamed blocks) to the stream's device: with a
+  /// model built on the host, the device then holds exactly what it would with the model built
+  /// there and swapped.
+  void move_the_rest(torch::nn::Module& model) const;
 
  private:
   void ensure_slots(int64_t slots);
 
   std::vector<std::vector<at::Tensor>> units_;
+  std::unordered_set<const c10::TensorImpl*> streamed_;
   std::vector<int64_t> stack_sizes_;
   int64_t first_ = 0;
   int64_t count_ = 0;

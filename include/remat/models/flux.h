@@ -105,12 +105,13 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
   /// Block swap (remat/models/block_swap.h): the frozen weights of the last `blocks_to_swap` of
-  /// the num_layers + num_single_layers blocks live in host memory and are streamed to the
-  /// model's device for each use. 0 turns it off (the weights go back to the device). Call it
-  /// with the model on its device and LoRA applied. Returns the number of blocks streamed (the
-  /// request clamped to the blocks less one, as SimpleTuner); throws c10::ValueError for a
-  /// negative request.
-  int64_t set_block_swap(int64_t blocks_to_swap);
+  /// the num_layers + num_single_layers blocks live in host memory and are streamed to `device`
+  /// (default: where the model's weights are) for each use; every other tensor moves to
+  /// `device`, so a model too large for it can be built on the host. 0 turns it off (the
+  /// weights go back to the device). Call it with LoRA applied. Returns the number of blocks
+  /// streamed (the request clamped to the blocks less one, as SimpleTuner); throws
+  /// c10::ValueError for a negative request.
+  int64_t set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device = std::nullopt);
   /// The block swap in effect, or null.
   const BlockSwap* block_swap() const { return block_swap_.get(); }
 

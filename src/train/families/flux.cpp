@@ -117,6 +117,10 @@ class FluxTransformer final : public Transformer {
   }
 
   void set_checkpoint_plan(const CheckpointPlan& plan) override { model_->set_checkpoint_plan(plan); }
+  int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device) override {
+    return model_->set_block_swap(blocks_to_swap, device);
+  }
+  const models::BlockSwap* block_swap() const override { return model_->block_swap(); }
 
   std::unique_ptr<sample::Denoiser> denoiser(const sample::FlowMatchSchedulerConfig& scheduler) override {
     return sample::flux_denoiser(*model_, scheduler);
@@ -337,7 +341,7 @@ void register_family_flux() {
   f.check_pipeline = check_flux_pipeline;
   f.write_demo_pipeline = encoders::write_demo_pipeline;
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
-                     {"double blocks", "single blocks"}};
+                     {"double blocks", "single blocks"}, /*block_swap=*/true};
   f.lora_target_presets = models::flux_lora_target_preset_names();
   f.lora_target_modules = models::flux_lora_target_modules;
   f.lora_target_of = [](const TrainConfig& config) { return config.flux_lora_target; };

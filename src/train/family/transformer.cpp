@@ -133,6 +133,16 @@ std::vector<std::pair<std::string, at::Tensor>> Transformer::trainable_parameter
   return out;
 }
 
+int64_t Transformer::set_block_swap(int64_t blocks_to_swap, const at::Device&) {
+  if (blocks_to_swap == 0) return 0;
+  std::string with;
+  for (const auto& name : model_family_names()) {
+    if (model_family(name).checkpointing.block_swap) with += (with.empty() ? "" : ", ") + name;
+  }
+  throw_value_error("[train] musubi_blocks_to_swap is not supported for model family " + family() +
+                    " (families with block swap: " + with + "), got " + std::to_string(blocks_to_swap));
+}
+
 std::vector<std::string> Transformer::apply_lora(const std::string& target_preset, int64_t rank,
                                                  double alpha) {
   const ModelFamily& descriptor = model_family(family());

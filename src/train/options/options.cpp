@@ -390,6 +390,28 @@ std::vector<OptionSpec> build_registry() {
                "predicted peak of the whole step fits this budget with the least predicted step "
                "time. Unset: what the device has free. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
                "powers of 1000."));
+  // SimpleTuner's field registry (simpletuner_sdk/server/services/field_registry/sections/
+  // training.py) puts these in "memory_optimization"; its MusubiBlockSwapManager.build
+  // (helpers/musubi_block_swap.py) swaps the last N of all blocks and clamps N to the blocks less one.
+  add(Opt(kCkpt, "musubi_blocks_to_swap", T::Int, bind_field(&C::musubi_blocks_to_swap),
+          "Keep the frozen weights of the last N transformer blocks in host memory and stream them "
+          "to the device for each use (0: off)")
+      .min(0).max(kMaxBlocks)
+      .tooltip("Block swap, as musubi-tuner and SimpleTuner do it: the weights of the last N blocks "
+               "(Flux: double blocks, then single blocks) live in pinned host memory and are copied "
+               "on a side stream into a small ring of device buffers ahead of each block's forward "
+               "and again ahead of its recomputation in backward. Device memory drops by their size "
+               "less the ring (the largest checkpointed chunk of swapped blocks plus one block); "
+               "each step copies them twice over PCIe. Swapped blocks are always recomputed in "
+               "backward (a block the checkpoint layout keeps becomes a checkpoint of its own). LoRA "
+               "only: the base weights are what is streamed. N above the number of blocks less one "
+               "is clamped to it."));
+  add(Opt(kCkpt, "musubi_block_swap_device", T::Choice, bind_field(&C::musubi_block_swap_device),
+          "Where the swapped blocks' weights are kept")
+      .choices({"cpu"})
+      .labels({{"cpu", "Pinned host memory"}})
+      .tooltip("SimpleTuner also takes a device string such as cuda:0; remat keeps swapped weights "
+               "in host memory only."));
   // ---- Data and output ----
   add(Opt(kData, "instance_data_dir", T::Path, bind_field(&C::instance_data_dir),
           "Directory with the training data: a folder of images with captions, or a latent cache "

@@ -263,6 +263,23 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
     out.push_back(std::move(d));
     config.base_model_precision = "no_change";  // reported once, not again as a dependency
   }
+  // Block swap streams the frozen base weights, which only a LoRA run has; remat streams no
+  // trained weights (SimpleTuner's MusubiBlockSwapManager moves trainable blocks too).
+  if (config.musubi_blocks_to_swap > 0 && !refused.count("musubi_blocks_to_swap")) {
+    const std::string value = std::to_string(config.musubi_blocks_to_swap);
+    if (config.model_type != "lora") {
+      error("musubi_blocks_to_swap", value,
+            "[train] musubi_blocks_to_swap=" + value + " streams the frozen base weights of the last blocks, "
+            "which only LoRA training has: model_type=" + config.model_type +
+            " trains those weights, and remat streams no trained weights. Use model_type=lora with it, "
+            "or musubi_blocks_to_swap=0");
+    } else if (family != nullptr && !family->checkpointing.block_swap) {
+      error("musubi_blocks_to_swap", value,
+            "[train] musubi_blocks_to_swap is not supported for model_family " + config.model_family +
+                ", got " + value + "; use 0");
+    }
+  }
+
   // ZeRO stage 1 (deepspeed_config): an error with a LoRA, likewise, not the dependency warning.
   if (config.deepspeed_config && !refused.count("deepspeed_config")) {
     try {

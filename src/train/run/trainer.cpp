@@ -313,7 +313,9 @@ void Trainer::setup() {
     if (images_) check_cached_images_fit_model(*images_, family_.conditioning(spec), name);
   }
 
-  model_ = make_transformer(spec, device_);
+  // With block swap the model is built on the host: the device never holds the swapped blocks
+  // (set_block_swap below moves the rest).
+  model_ = make_transformer(spec, config_.musubi_blocks_to_swap > 0 ? at::Device(at::kCPU) : device_);
   if (spec.base_precision.mode != models::WeightQuantization::none) {
     hooks_.log("[train] base weights: base_model_precision " + config_.base_model_precision + " (" +
                models::to_string(spec.base_precision.mode) +
@@ -327,6 +329,17 @@ void Trainer::setup() {
                std::to_string(wrapped.size()) + " modules (target '" + target + "')");
   }
   model_->module().train();
+  if (config_.musubi_blocks_to_swap > 0) {
+    const int64_t swapped = model_->set_block_swap(config_.musubi_blocks_to_swap, device_);
+    const WeightStreamStats s = model_->block_swap()->stats();
+    hooks_.log("[train] block swap: the last " + std::to_string(swapped) + " blocks' frozen weights (" +
+               memory::format_bytes(s.host_bytes) + ") live in host memory, streamed through a ring of " +
+               std::to_string(s.ring_slots) + " x " + memory::format_bytes(s.slot_bytes) + " on " + device_.str() +
+               (swapped < config_.musubi_blocks_to_swap
+                    ? " (musubi_blocks_to_swap=" + std::to_string(config_.musubi_blocks_to_swap) +
+                          " clamped to the blocks less one, as SimpleTuner)"
+                    : ""));
+  }
 
   // The one checkpoint plan of the run (`auto` starts per-block; plan_checkpointing replaces it).
   const CheckpointPlan plan = config_.checkpoint_plan();

@@ -46,6 +46,9 @@ struct CheckpointingCapabilities {
   /// The block stacks in execution order (Flux: "double blocks", "single blocks"); each stack
   /// start is a forced segment boundary and windows restart at 0 in each.
   std::vector<std::string> stacks;
+  /// musubi_blocks_to_swap: the last blocks' frozen weights streamed from host memory
+  /// (Transformer::set_block_swap).
+  bool block_swap = false;
 };
 
 /// One model_flavour of a family: SimpleTuner's name for a published model (dev, krea, base,

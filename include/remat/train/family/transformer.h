@@ -20,6 +20,7 @@
 #include "remat/checkpoint.h"
 #include "remat/checkpoint_plan.h"
 #include "remat/layout.h"
+#include "remat/models/block_swap.h"
 #include "remat/models/quantization.h"
 #include "remat/sample/sampler.h"
 #include "remat/sample/scheduler.h"
@@ -70,6 +71,15 @@ class REMAT_API Transformer {
   /// Sets how the block stacks are checkpointed (one plan for the whole model; explicit layouts
   /// one per stack of stack_sizes()). Throws c10::ValueError for a plan that does not fit.
   virtual void set_checkpoint_plan(const CheckpointPlan& plan) = 0;
+
+  /// Block swap (musubi_blocks_to_swap, remat/models/block_swap.h): the frozen weights of the
+  /// last `blocks_to_swap` blocks live in host memory and are streamed to `device` for each use;
+  /// everything else moves to `device` (the model may be built on the host). 0 turns it off.
+  /// Returns the number of blocks streamed (clamped to the blocks less one). Families without it
+  /// (CheckpointingCapabilities::block_swap false) throw c10::ValueError.
+  virtual int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device);
+  /// The block swap in effect, or null.
+  virtual const models::BlockSwap* block_swap() const { return nullptr; }
 
   /// Enables LoRA on one of the family's target presets (ModelFamily::lora_target_presets);
   /// returns the wrapped module names.

@@ -220,6 +220,13 @@ struct TrainConfig {
   /// as torch.cuda.max_memory_allocated counts) must fit. Unset: the device's available memory.
   std::optional<int64_t> gradient_checkpointing_memory_budget;
 
+  // ---- Block swap (remat/models/block_swap.h) ----
+  /// The last N transformer blocks keep their frozen weights in host memory and stream them to
+  /// the device for each use (SimpleTuner's musubi_blocks_to_swap); 0: off.
+  int64_t musubi_blocks_to_swap = 0;
+  /// Where swapped blocks are kept: "cpu" (pinned host memory), the one value remat supports.
+  std::string musubi_block_swap_device = "cpu";
+
   // ---- EMA weights (remat/train/run/ema.h) ----
   /// Keep an exponential moving average of the trained weights, saved beside them.
   bool use_ema = false;
