@@ -8,7 +8,9 @@ build: `make bench TORCH=pytorch`, and diffusers installed into that build's ven
 the same random weights (written once, in diffusers' layout), the same input and the same thread
 count, and both count memory the same two ways: remat's tracking CPU allocator (for Python through
 libremat_pytrack.so) and the resident set (VmHWM reset through /proc/self/clear_refs), each above the
-start of the work, so weights and input are not counted.
+start of the work, so weights and input are not counted. Both page in every file-backed mapping
+(the libraries' code) before the start, so the resident set grows by what the work allocates,
+not by the code it runs for the first time.
 
   build-pytorch/venv/bin/pip install diffusers accelerate transformers peft
   build-pytorch/venv/bin/python bench/compare_inference.py --build build-pytorch \\
@@ -93,6 +95,20 @@ def status_bytes(key):
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     return -1
+
+
+def page_in_mapped_files():
+    """Reads every page of every readable file-backed mapping, as inference_compare.cpp's
+    page_in_mapped_files does, so the first execution of library code is not counted as memory
+    of the work."""
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) < 6 or not fields[1].startswith("r") or not fields[5].startswith("/") or fields[4] == "0":
+                continue
+            begin, end = (int(x, 16) for x in fields[0].split("-"))
+            for page in range(begin, end, 4096):
+                ctypes.string_at(page, 1)
 
 
 def tile_geometry(work_dir):
@@ -184,9 +200,11 @@ def run_diffusers(work_dir, work, dtype_name, side, threads, pytrack):
     dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
     run = diffusers_case(work_dir, work, dtype, side)
     with torch.no_grad():
+        page_in_mapped_files()
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
         rss_start = status_bytes("VmRSS")
+        anon_start, file_start = status_bytes("RssAnon"), status_bytes("RssFile")
         track.remat_reset_peak()
         start_bytes = track.remat_current_bytes()
         start = time.perf_counter()
@@ -194,10 +212,12 @@ def run_diffusers(work_dir, work, dtype_name, side, threads, pytrack):
         seconds = time.perf_counter() - start
         tracked = track.remat_peak_bytes() - start_bytes
         rss = status_bytes("VmHWM") - rss_start
+        rss_anon, rss_file = status_bytes("RssAnon") - anon_start, status_bytes("RssFile") - file_start
         if callable(out):  # a work whose result is the model itself: gathered after the measurement
             out = out()
     save_file({"output": out.float().contiguous()}, os.path.join(work_dir, "output_diffusers.safetensors"))
-    print(json.dumps({"seconds": seconds, "tracked_peak": tracked, "rss_peak": rss}))
+    print(json.dumps({"seconds": seconds, "tracked_peak": tracked, "rss_peak": rss, "rss_anon": rss_anon,
+                      "rss_file": rss_file}))
 
 
 def prepare(work_dir, work, size, seed=0):

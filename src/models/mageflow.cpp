@@ -317,6 +317,21 @@ void MageFlowImpl::set_checkpoint_plan(CheckpointPlan plan) {
   checkpointing_ = std::move(plan);
 }
 
+int64_t MageFlowImpl::set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device) {
+  const int64_t count = clamp_blocks_to_swap(blocks_to_swap, config_.depth);
+  const at::Device target = device.value_or(block_swap_ ? block_swap_->device() : img_in->weight_device());
+  block_swap_.reset();  // an earlier swap gives its weights back to the device first
+  if (count == 0) {
+    if (device) to(target);
+    return 0;
+  }
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks;
+  for (const auto& b : transformer_blocks) blocks.push_back(b.ptr());
+  block_swap_ = std::make_shared<BlockSwap>(blocks, std::vector<int64_t>{config_.depth}, count, target);
+  block_swap_->move_the_rest(*this);
+  return count;
+}
+
 at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, const at::Tensor& timesteps,
                                  const std::vector<ImageShape>& img_shapes,
                                  const at::Tensor& img_cu_seqlens, const at::Tensor& txt_cu_seqlens,
@@ -360,22 +375,39 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
       timestep_embedder->forward(mageflow_timestep_projection(timesteps, kTimeChannels, dtype).to(dtype));
 
   const bool active_ckpt = checkpointing_.active(is_training());
-  const bool layer_scope = active_ckpt && !checkpointing_.ffn_scope();
+  bool layer_scope = active_ckpt && !checkpointing_.ffn_scope();
   // MageFlow's ffn scope checkpoints the FFN of every block; the interval is ignored.
   const std::optional<Backend> ffn_backend =
       active_ckpt && checkpointing_.ffn_scope() ? std::optional<Backend>(checkpointing_.backend())
                                                 : std::nullopt;
+  const auto num_active = static_cast<int64_t>(active.size());
+  std::vector<Layout> layouts;
+  if (layer_scope) layouts = {checkpointing_.layout_for(0, num_active)};
+  // Streamed blocks run as checkpoints while autograd records (remat/models/block_swap.h); their
+  // FFN is then inside the block's checkpoint.
+  const auto swap = block_swap_;
+  const bool recording = torch::autograd::GradMode::is_enabled();
+  if (swap) {
+    TORCH_CHECK_VALUE(!recording || num_active == config_.depth,
+                      "[mageflow] block swap with skip_layers needs no autograd recording (inference); ",
+                      "skip_layers has ", config_.depth - num_active, " entries");
+    if (recording && layouts.empty()) layouts = {layout_keep_all(num_active)};
+    layouts = swap->prepare(std::move(layouts), recording);
+    layer_scope = !layouts.empty();
+  }
   const auto blocks = transformer_blocks;
-  const RunBlock run_block = [blocks, active, temb, rope, samples, ffn_backend](
+  const RunBlock run_block = [blocks, active, temb, rope, samples, ffn_backend, swap, recording](
                                  int64_t p, const Tensors& state) -> Tensors {
-    auto [c_out, x_out] = blocks[active[p]].ptr()->forward(state[1], state[0], temb, rope, samples, ffn_backend);
+    const int64_t k = active[p];
+    if (swap) swap->use(k);
+    const std::optional<Backend> ffn = swap && recording && swap->streamed(k) ? std::nullopt : ffn_backend;
+    auto [c_out, x_out] = blocks[k].ptr()->forward(state[1], state[0], temb, rope, samples, ffn);
     return {c_out, x_out};
   };
   Tensors state{c, x};
   if (stage_observer_) stage_observer_("blocks_begin", state);
-  const auto num_active = static_cast<int64_t>(active.size());
   if (layer_scope) {
-    state = run_layout(checkpointing_.layout_for(0, num_active), state, run_block);
+    state = run_layout(layouts[0], state, run_block);
   } else {
     for (int64_t p = 0; p < num_active; ++p) state = run_block(p, state);
   }

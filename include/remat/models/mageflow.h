@@ -21,6 +21,7 @@
 #include "remat/export.h"
 #include "remat/layout.h"
 #include "remat/models/blocks.h"
+#include "remat/models/block_swap.h"
 #include "remat/models/checkpointing.h"
 #include "remat/models/layers.h"
 #include "remat/models/lora.h"
@@ -145,6 +146,13 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
   void set_checkpoint_plan(CheckpointPlan plan);
   const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
+  /// Block swap (remat/models/block_swap.h), as Flux::set_block_swap: the last `blocks_to_swap`
+  /// of the depth blocks stream their frozen weights from host memory to `device`. Training with
+  /// skip_layers and block swap together throws c10::ValueError at forward time.
+  int64_t set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device = std::nullopt);
+  /// The block swap in effect, or null.
+  const BlockSwap* block_swap() const { return block_swap_.get(); }
+
   /// Called by forward() with the blocks' input state {txt (1, ΣT, D), img (1, ΣL, D)} (stage
   /// "blocks_begin") and with {img} after the last block ("blocks_end"); see StageObserver.
   void set_stage_observer(StageObserver observer) { stage_observer_ = std::move(observer); }
@@ -164,6 +172,7 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
   MageFlowConfig config_;
   CheckpointPlan checkpointing_;
   StageObserver stage_observer_;
+  std::shared_ptr<BlockSwap> block_swap_;
 };
 TORCH_MODULE(MageFlow);
 

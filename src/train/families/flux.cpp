@@ -341,7 +341,8 @@ void register_family_flux() {
   f.check_pipeline = check_flux_pipeline;
   f.write_demo_pipeline = encoders::write_demo_pipeline;
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
-                     {"double blocks", "single blocks"}, /*block_swap=*/true};
+                     {"double blocks", "single blocks"}, /*block_swap=*/true,
+                     {"transformer_blocks", "single_transformer_blocks"}};
   f.lora_target_presets = models::flux_lora_target_preset_names();
   f.lora_target_modules = models::flux_lora_target_modules;
   f.lora_target_of = [](const TrainConfig& config) { return config.flux_lora_target; };

@@ -89,6 +89,10 @@ class MageFlowTransformer final : public Transformer {
   std::vector<int64_t> stack_sizes() const override { return {model_->config().depth}; }
 
   void set_checkpoint_plan(const CheckpointPlan& plan) override { model_->set_checkpoint_plan(plan); }
+  int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device) override {
+    return model_->set_block_swap(blocks_to_swap, device);
+  }
+  const models::BlockSwap* block_swap() const override { return model_->block_swap(); }
 
   struct Packed {
     at::Tensor x0, txt, img_cu, txt_cu;  // x0 (1, B*H*W, C), txt (1, B*L, D)
@@ -288,7 +292,8 @@ void register_family_mageflow() {
   f.small_flavour = "mageflow-tiny";
   f.latents = LatentLayout{kMageFlowName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
                            /*variable_text_length=*/true};
-  f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"}};
+  f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"},
+                     /*block_swap=*/true, {"transformer_blocks"}};
   f.apply_flavour = apply_mageflow_flavour;
   // Qwen3-VL's language model and Mage-VAE (remat/encoders/mageflow_encoders.h).
   f.encoders = encoders::mageflow_family_encoders();

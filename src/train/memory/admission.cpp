@@ -38,6 +38,10 @@ std::string describe(const MemoryDemand& d) {
     }
   }
   if (d.ema_bytes > 0) out += ", EMA weights " + memory::format_bytes(d.ema_bytes);
+  if (d.swapped_weight_bytes > 0) {
+    out += "; block swap: " + memory::format_bytes(d.swapped_weight_bytes) + " of weights in host memory, a ring of " +
+           memory::format_bytes(d.swap_ring_bytes) + " on the device";
+  }
   return out + ")";
 }
 
@@ -52,6 +56,52 @@ int64_t dequantized_bytes(int64_t elements, int64_t element_bytes) {
 bool ema_lives_on(const TrainConfig& config, const c10::Device& device) {
   return config.use_ema && (device.is_cpu() || (config.ema_device == "accelerator" && !config.ema_cpu_only));
 }
+
+namespace {
+
+// The frozen Linear weights of each block, in run order: the stacks in `stacks` order, blocks by
+// index ("<stack>.<k>.<...>", as Flux's transformer_blocks.3.attn.to_q).
+std::vector<int64_t> block_linear_bytes(const std::vector<models::LinearShape>& layers,
+                                        const std::vector<std::string>& stacks, const ModelUse& use) {
+  std::vector<std::vector<int64_t>> per_stack(stacks.size());
+  for (const auto& layer : layers) {
+    for (size_t s = 0; s < stacks.size(); ++s) {
+      const std::string prefix = stacks[s] + ".";
+      if (layer.name.rfind(prefix, 0) != 0) continue;
+      const auto k = static_cast<size_t>(std::stoll(layer.name.substr(prefix.size())));
+      if (per_stack[s].size() <= k) per_stack[s].resize(k + 1, 0);
+      const int64_t elements = layer.out_features * layer.in_features;
+      const bool quantized = use.base_precision.mode != models::WeightQuantization::none &&
+                             models::is_quantized_linear_name(layer.name);
+      per_stack[s][k] += quantized
+                             ? models::quantized_weight_bytes(layer.out_features, layer.in_features, use.base_precision)
+                             : elements * use.weight_element_bytes;
+      per_stack[s][k] += layer.out_features * use.weight_element_bytes;  // the bias
+    }
+  }
+  std::vector<int64_t> blocks;
+  for (const auto& stack : per_stack) blocks.insert(blocks.end(), stack.begin(), stack.end());
+  return blocks;
+}
+
+// Block swap (remat/models/block_swap.h): the last N blocks' Linear weights leave the device for
+// host memory; the ring that streams them comes in (the norms inside a block, a few KiB, are
+// left on the device's side of the count).
+void add_block_swap(MemoryDemand& d, const std::vector<models::LinearShape>& layers,
+                    const std::vector<std::string>& stacks, const ModelUse& use) {
+  const std::vector<int64_t> blocks = block_linear_bytes(layers, stacks, use);
+  const auto n = static_cast<int64_t>(blocks.size());
+  const int64_t swapped = std::min(use.blocks_to_swap, n - 1);
+  int64_t largest = 0;
+  for (int64_t b = n - swapped; b < n; ++b) {
+    d.swapped_weight_bytes += blocks[static_cast<size_t>(b)];
+    largest = std::max(largest, blocks[static_cast<size_t>(b)]);
+  }
+  d.swap_ring_bytes = largest * use.swap_ring_slots;
+  d.weight_bytes += d.swap_ring_bytes - d.swapped_weight_bytes;
+}
+
+}  // namespace
 
 std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use) {
   const ModelFamily& family = model_family(spec.family);
@@ -82,6 +132,9 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
       d.quantized_linears += 1;
       d.dequantized_transient_bytes = std::max(d.dequantized_transient_bytes, dequantized_bytes(elements, use.weight_element_bytes));
     }
+  }
+  if (use.blocks_to_swap > 0 && family.linear_layers && !family.checkpointing.block_stack_modules.empty()) {
+    add_block_swap(d, family.linear_layers(resolved), family.checkpointing.block_stack_modules, use);
   }
   d.gradient_bytes = d.trainable * 4;
   d.optimizer_bytes = d.trainable * 8;

@@ -58,6 +58,7 @@ const char* const kTraining = "Training";
 const char* const kFlow = "Flow matching";
 const char* const kEma = "EMA weights";
 const char* const kCkpt = "Gradient checkpointing";
+const char* const kOffload = "Memory offload";
 const char* const kData = "Data and output";
 const char* const kValidation = "Validation images";
 const char* const kRuntime = "Runtime";
@@ -393,7 +394,7 @@ std::vector<OptionSpec> build_registry() {
   // SimpleTuner's field registry (simpletuner_sdk/server/services/field_registry/sections/
   // training.py) puts these in "memory_optimization"; its MusubiBlockSwapManager.build
   // (helpers/musubi_block_swap.py) swaps the last N of all blocks and clamps N to the blocks less one.
-  add(Opt(kCkpt, "musubi_blocks_to_swap", T::Int, bind_field(&C::musubi_blocks_to_swap),
+  add(Opt(kOffload, "musubi_blocks_to_swap", T::Int, bind_field(&C::musubi_blocks_to_swap),
           "Keep the frozen weights of the last N transformer blocks in host memory and stream them "
           "to the device for each use (0: off)")
       .min(0).max(kMaxBlocks)
@@ -406,7 +407,7 @@ std::vector<OptionSpec> build_registry() {
                "backward (a block the checkpoint layout keeps becomes a checkpoint of its own). LoRA "
                "only: the base weights are what is streamed. N above the number of blocks less one "
                "is clamped to it."));
-  add(Opt(kCkpt, "musubi_block_swap_device", T::Choice, bind_field(&C::musubi_block_swap_device),
+  add(Opt(kOffload, "musubi_block_swap_device", T::Choice, bind_field(&C::musubi_block_swap_device),
           "Where the swapped blocks' weights are kept")
       .choices({"cpu"})
       .labels({{"cpu", "Pinned host memory"}})

@@ -304,6 +304,9 @@ void Trainer::setup() {
     use.world_size = env_.world_size;  // the prediction is per process
     use.zero_stage = config_.zero_stage;
     use.ema = ema_lives_on(config_, device_);
+    use.blocks_to_swap = config_.musubi_blocks_to_swap;
+    // A numeric interval puts that many swapped blocks in one checkpoint, all resident at once.
+    use.swap_ring_slots = config_.gradient_checkpointing_interval.chunk().value_or(1) + 1;
     admit_model(spec, use, device_);
   }
   if (!image_run) data_ = LatentDataset::open(*config_.instance_data_dir, family_.latents);

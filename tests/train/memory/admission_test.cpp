@@ -42,6 +42,39 @@ TEST(Admission, PredictsWeightsGradientsAndOptimizerState) {
   EXPECT_EQ(d->optimizer_bytes, 8 * factors);
 }
 
+// Block swap: the swapped blocks' Linear weights leave the device and the ring comes in; the
+// figures are those of the model's own block swap, less the few norm weights inside the blocks.
+TEST(Admission, BlockSwapMovesTheLastBlocksWeightsToTheHost) {
+  ModelUse lora;
+  lora.training = true;
+  lora.lora_rank = 4;
+  lora.lora_target = "all";
+  const auto without = predict_model_memory(flux("flux-small"), lora);
+  lora.blocks_to_swap = 9;  // flux-small: 4 double and 8 single blocks; the last 9 = 1 double + 8 single
+  const auto with = predict_model_memory(flux("flux-small"), lora);
+  ASSERT_TRUE(without && with);
+
+  models::Flux model(models::FluxConfig::preset("flux-small"));
+  models::apply_lora(*model, models::flux_lora_target_modules("all"), 4, 4.0);
+  int64_t norm_bytes = 0;
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    const bool swapped = name.rfind("transformer_blocks.3.", 0) == 0 || name.rfind("single_transformer_blocks.", 0) == 0;
+    if (swapped && !item.value().requires_grad() && name.find("norm") != std::string::npos &&
+        name.find(".linear.") == std::string::npos) {  // RMSNorm weights, not the AdaLayerNorm Linears
+      norm_bytes += item.value().numel() * 4;
+    }
+  }
+  model->set_block_swap(9);
+  const WeightStreamStats s = model->block_swap()->stats();
+  EXPECT_EQ(with->swapped_weight_bytes + norm_bytes, s.host_bytes);
+  EXPECT_GT(with->swapped_weight_bytes, 0);
+  // The ring: two of the largest swapped block (the double block), each tensor 256-byte aligned.
+  EXPECT_LE(with->swap_ring_bytes, s.device_bytes);
+  EXPECT_GE(static_cast<double>(with->swap_ring_bytes), 0.99 * static_cast<double>(s.device_bytes));
+  EXPECT_EQ(without->weight_bytes - with->weight_bytes, with->swapped_weight_bytes - with->swap_ring_bytes);
+}
+
 // use_ema where the average lives on the device: 4 bytes per trainable parameter, in the total
 // and named in the refusal.
 TEST(Admission, CountsTheEmaWeightsWhereTheyLive) {

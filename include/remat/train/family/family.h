@@ -49,6 +49,9 @@ struct CheckpointingCapabilities {
   /// musubi_blocks_to_swap: the last blocks' frozen weights streamed from host memory
   /// (Transformer::set_block_swap).
   bool block_swap = false;
+  /// The modules holding the block stacks, in run order (Flux: "transformer_blocks",
+  /// "single_transformer_blocks"): how the memory model finds a block's Linears by name.
+  std::vector<std::string> block_stack_modules;
 };
 
 /// One model_flavour of a family: SimpleTuner's name for a published model (dev, krea, base,

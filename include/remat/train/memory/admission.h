@@ -51,6 +51,11 @@ struct ModelUse {
   /// ZeRO stage (TrainConfig::zero_stage): 1 keeps only this rank's shard of the optimizer state
   /// (remat/train/optimizers/zero_optimizer.h). Needs a full fine-tune and world_size > 1 to shard anything.
   int zero_stage = 0;
+  /// musubi_blocks_to_swap (already clamped): the last N blocks' frozen Linear weights live in
+  /// host memory; the device holds a ring of swap_ring_slots blocks (the largest checkpointed
+  /// chunk of swapped blocks + 1; 2 with per-block checkpointing).
+  int64_t blocks_to_swap = 0;
+  int64_t swap_ring_slots = 2;
 };
 
 /// The prediction, in bytes on the device.
@@ -75,6 +80,10 @@ struct MemoryDemand {
   int64_t broadcast_bytes = 0;
   /// ModelUse::ema: trainable x 4 (the float32 average), on every rank.
   int64_t ema_bytes = 0;
+  /// Block swap: the frozen Linear weights of the swapped blocks, in host memory (not in
+  /// weight_bytes), and the device ring that streams them (in weight_bytes).
+  int64_t swapped_weight_bytes = 0;
+  int64_t swap_ring_bytes = 0;
   int64_t total() const {
     return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes + broadcast_bytes + ema_bytes;
   }
