@@ -32,6 +32,22 @@ Layout checkpoint_kept_blocks(const Layout& layout, int64_t begin, int64_t end) 
   return out;
 }
 
+int64_t replace_block_swap(torch::nn::Module& model, std::shared_ptr<BlockSwap>& swap,
+                           const std::vector<std::shared_ptr<torch::nn::Module>>& blocks,
+                           std::vector<int64_t> stack_sizes, int64_t blocks_to_swap,
+                           std::optional<at::Device> device, at::Device weights_device) {
+  const int64_t count = clamp_blocks_to_swap(blocks_to_swap, static_cast<int64_t>(blocks.size()));
+  const at::Device target = device.value_or(swap ? swap->device() : weights_device);
+  swap.reset();
+  if (count == 0) {
+    if (device) model.to(target);
+    return 0;
+  }
+  swap = std::make_shared<BlockSwap>(blocks, std::move(stack_sizes), count, target);
+  swap->move_the_rest(model);
+  return count;
+}
+
 BlockSwap::BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& blocks, std::vector<int64_t> stack_sizes,
                      int64_t blocks_to_swap, at::Device device)
     : stack_sizes_(std::move(stack_sizes)), device_(device) {

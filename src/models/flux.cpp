@@ -205,21 +205,11 @@ void FluxImpl::set_checkpoint_plan(CheckpointPlan plan) {
 }
 
 int64_t FluxImpl::set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device) {
-  const int64_t depth = config_.num_layers + config_.num_single_layers;
-  const int64_t count = clamp_blocks_to_swap(blocks_to_swap, depth);
-  const at::Device target = device.value_or(block_swap_ ? block_swap_->device() : x_embedder->weight_device());
-  block_swap_.reset();  // an earlier swap gives its weights back to the device first
-  if (count == 0) {
-    if (device) to(target);
-    return 0;
-  }
   std::vector<std::shared_ptr<torch::nn::Module>> blocks;
   for (const auto& b : transformer_blocks) blocks.push_back(b.ptr());
   for (const auto& b : single_transformer_blocks) blocks.push_back(b.ptr());
-  block_swap_ = std::make_shared<BlockSwap>(blocks, std::vector<int64_t>{config_.num_layers, config_.num_single_layers},
-                                            count, target);
-  block_swap_->move_the_rest(*this);
-  return count;
+  return replace_block_swap(*this, block_swap_, blocks, {config_.num_layers, config_.num_single_layers},
+                            blocks_to_swap, device, x_embedder->weight_device());
 }
 
 at::Tensor FluxImpl::time_text_embedding(const at::Tensor& timestep,

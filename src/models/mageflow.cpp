@@ -318,18 +318,10 @@ void MageFlowImpl::set_checkpoint_plan(CheckpointPlan plan) {
 }
 
 int64_t MageFlowImpl::set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device) {
-  const int64_t count = clamp_blocks_to_swap(blocks_to_swap, config_.depth);
-  const at::Device target = device.value_or(block_swap_ ? block_swap_->device() : img_in->weight_device());
-  block_swap_.reset();  // an earlier swap gives its weights back to the device first
-  if (count == 0) {
-    if (device) to(target);
-    return 0;
-  }
   std::vector<std::shared_ptr<torch::nn::Module>> blocks;
   for (const auto& b : transformer_blocks) blocks.push_back(b.ptr());
-  block_swap_ = std::make_shared<BlockSwap>(blocks, std::vector<int64_t>{config_.depth}, count, target);
-  block_swap_->move_the_rest(*this);
-  return count;
+  return replace_block_swap(*this, block_swap_, blocks, {config_.depth}, blocks_to_swap, device,
+                            img_in->weight_device());
 }
 
 at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, const at::Tensor& timesteps,

@@ -68,7 +68,9 @@ TEST(WeightStreamTest, TrackedBytesAreTheRingAndValuesNeverChange) {
     for (int64_t k = 0; k < 4; ++k) {
       stream.use(k);
       EXPECT_TRUE(stream.resident(k));
-      if (k > 0) EXPECT_FALSE(stream.resident(k - 1)) << "a unit of another group is released";
+      if (k > 0) {
+        EXPECT_FALSE(stream.resident(k - 1)) << "a unit of another group is released";
+      }
       for (size_t j = 0; j < 4; ++j) expect_values(u, j, "after use(" + std::to_string(k) + ")");
     }
     // The forward order: each unit copied once (prefetched by the use before it).

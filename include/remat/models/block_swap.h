@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -75,5 +76,15 @@ class REMAT_API BlockSwap {
   at::Device device_;
   std::unique_ptr<WeightStream> stream_;
 };
+
+/// What a model's set_block_swap does (Flux, MageFlow): replaces `swap` (the previous one gives
+/// its weights back to the device first) by one streaming the last `blocks_to_swap` (clamped)
+/// of `blocks` to `device` (default: the previous swap's device, else `weights_device`), and moves
+/// the rest of `model` there. 0 turns it off (with `device`, the model moves there). Returns the
+/// number of blocks streamed.
+REMAT_API int64_t replace_block_swap(torch::nn::Module& model, std::shared_ptr<BlockSwap>& swap,
+                                     const std::vector<std::shared_ptr<torch::nn::Module>>& blocks,
+                                     std::vector<int64_t> stack_sizes, int64_t blocks_to_swap,
+                                     std::optional<at::Device> device, at::Device weights_device);
 
 }  // namespace remat::models

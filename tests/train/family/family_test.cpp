@@ -242,7 +242,7 @@ void register_toy_family() {
   toy.flavour_specs = {{"toy-3", "toy-3", "three blocks", "", ""}, {"toy-6", "toy-6", "six blocks", "", ""}};
   toy.default_flavour = "toy-3";
   toy.latents = LatentLayout{"toy", kToyChannels, 1, /*pooled=*/false, /*variable_text_length=*/false};
-  toy.checkpointing = {/*interval=*/true, /*segment_stride=*/false, /*ffn_scope=*/false, {"blocks"}};
+  toy.checkpointing = {/*interval=*/true, /*segment_stride=*/false, /*ffn_scope=*/false, {"blocks"}, /*block_swap=*/false, {}};
   toy.lora_target_presets = {"default"};
   toy.lora_target_modules = [](const std::string&) { return std::vector<std::string>{"blocks.0", "blocks.1"}; };
   toy.build = [](const TransformerSpec& spec, const c10::Device& device) -> std::unique_ptr<Transformer> {

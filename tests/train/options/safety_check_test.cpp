@@ -15,9 +15,9 @@ namespace safety_check_test {  // per file: the suites compile in unity batches 
 // A family that supports nothing, and one with chunks but without stride or ffn scope, so the
 // drop/error rows can be exercised through the family table.
 const CheckpointingSupport kFamilies{
-    {"flux", {true, true, true, {}}},
-    {"plain", {false, false, false, {}}},
-    {"chunky", {true, false, false, {}}},
+    {"flux", {true, true, true, {}, true, {}}},
+    {"plain", {false, false, false, {}, false, {}}},
+    {"chunky", {true, false, false, {}, false, {}}},
 };
 
 TrainConfig config_for(const std::string& family) {
