@@ -55,6 +55,10 @@ class REMAT_API BlockSwap {
 
   /// Makes `global_block`'s weights resident (no-op for a block that is not streamed).
   void use(int64_t global_block);
+  /// Whether a streamed block's weights are resident now (false for a block not streamed).
+  bool resident(int64_t global_block) const {
+    return global_block >= first_ && stream_->resident(global_block - first_);
+  }
 
   WeightStreamStats stats() const { return stream_->stats(); }
   at::Device device() const { return device_; }

@@ -114,6 +114,7 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   int64_t set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device = std::nullopt);
   /// The block swap in effect, or null.
   const BlockSwap* block_swap() const { return block_swap_.get(); }
+  BlockSwap* block_swap() { return block_swap_.get(); }
 
   /// Called by forward() with the blocks' input state {x (B, N_i, D), c (B, N_t, D)} just before
   /// the first double block (stage "blocks_begin"), and with the joint output state

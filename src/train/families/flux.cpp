@@ -238,8 +238,12 @@ class FluxTransformer final : public Transformer {
     }
     if (config.num_single_layers > 0) {
       auto block = model_->single_transformer_blocks.front();
+      // With 38 or more of FLUX.1's blocks swapped, single block 0 streams: bring it in first.
+      models::BlockSwap* swap = model_->block_swap();
+      const int64_t global = config.num_layers;
       probes.push_back({"flux-single",
-                        [block, temb, rope, ffn](int64_t, const Tensors& s) -> Tensors {
+                        [block, temb, rope, ffn, swap, global](int64_t, const Tensors& s) -> Tensors {
+                          if (swap) swap->use(global);
                           return {block.ptr()->forward(s[0], temb, rope, ffn)};
                         },
                         {state(n_txt + n_img)},

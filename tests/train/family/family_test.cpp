@@ -17,6 +17,7 @@
 #include "remat/encoders/pipeline_folder.h"
 #include "remat/io/safetensors.h"
 #include "remat/layout.h"
+#include "remat/models/flux.h"
 #include "remat/models/layers.h"
 #include "remat/train/options/config.h"
 #include "remat/train/family/family.h"
@@ -437,6 +438,33 @@ TEST(FamilyRegistry, AToyFamilyCachesTrainsSamplesAndValidatesThroughItsDescript
   const at::Tensor validated = image::read_image((pictures / "step_2_validation_0_16x16.png").string());
   EXPECT_LE((trained.to(at::kInt) - validated.to(at::kInt)).abs().max().item<int>(), 1);
   EXPECT_FALSE(at::equal(trained, base));
+}
+
+
+// The planner's probe of Flux's single blocks runs single block 0, which streams when 38 or more of
+// FLUX.1's blocks are swapped: the probe brings its weights in (on a GPU they would otherwise be
+// on the host while its inputs are on the device).
+TEST(FluxFamily, TheSingleBlockProbeStreamsItsBlockIn) {
+  TransformerSpec spec;
+  spec.family = "flux";
+  spec.flavour = "flux-tiny";  // 2 double + 2 single blocks
+  torch::manual_seed(0);
+  auto transformer = make_transformer(spec, at::kCPU);
+  transformer->apply_lora(model_family("flux").lora_target_presets.front(), 2, 2.0);
+  ASSERT_EQ(transformer->set_block_swap(3, at::kCPU), 3);  // doubles 1, singles 0 and 1
+  auto& flux = dynamic_cast<models::FluxImpl&>(transformer->module());
+  const auto& config = flux.config();
+  Batch batch;
+  batch.latents = torch::randn({1, 16, 4, 4});
+  batch.prompt_embeds = torch::randn({1, 5, config.joint_attention_dim});
+  batch.pooled_prompt_embeds = torch::randn({1, config.pooled_projection_dim});
+  const auto probes = transformer->block_probes(batch);
+  ASSERT_EQ(probes.size(), 2u);
+  const models::BlockSwap& swap = *transformer->block_swap();
+  EXPECT_FALSE(swap.resident(2));
+  const Tensors out = probes[1].run(0, probes[1].state);
+  EXPECT_TRUE(swap.resident(2)) << "single block 0 (block 2) was not streamed in for the probe";
+  EXPECT_EQ(out[0].sizes(), probes[1].state[0].sizes());
 }
 
 }  // namespace family_test
