@@ -420,13 +420,13 @@ expect 2 "pass --lora_rank > 0" -- "$remat" bench --base_model_precision=int8-qu
 # without it computes: the same loss at every step and the same LoRA, byte for byte.
 "$remat" train "${tiny[@]}" --model_type=lora --seed=0 --output_dir="$work/swap-off" --max_train_steps=3 \
   --checkpointing_steps=0 > "$work/swap-off.log" 2>&1 || fail "a LoRA run without block swap"
-expect 0 "[train] block swap: the last 3 blocks' frozen weights" -- "$remat" train "${tiny[@]}" --model_type=lora \
-  --musubi_blocks_to_swap=3 --output_dir="$work/swap-on" --max_train_steps=3 --checkpointing_steps=0
-"$remat" train "${tiny[@]}" --model_type=lora --seed=0 --musubi_blocks_to_swap=3 --output_dir="$work/swap-on2" \
+"$remat" train "${tiny[@]}" --model_type=lora --seed=0 --musubi_blocks_to_swap=3 --output_dir="$work/swap-on" \
   --max_train_steps=3 --checkpointing_steps=0 > "$work/swap-on.log" 2>&1 || fail "a LoRA run with block swap"
+grep -q "\[train\] block swap: the last 3 blocks' frozen weights" "$work/swap-on.log" \
+  && echo "ok: block swap is logged" || fail "no block swap line in $work/swap-on.log"
 losses() { grep -o 'step [0-9]*/[0-9]* loss [0-9.]*' "$1"; }
 if [[ -n "$(losses "$work/swap-off.log")" && "$(losses "$work/swap-off.log")" == "$(losses "$work/swap-on.log")" ]] &&
-   cmp -s "$work/swap-off/pytorch_lora_weights.safetensors" "$work/swap-on2/pytorch_lora_weights.safetensors"; then
+   cmp -s "$work/swap-off/pytorch_lora_weights.safetensors" "$work/swap-on/pytorch_lora_weights.safetensors"; then
   echo "ok: block swap trains the same losses and the same LoRA"
 else
   fail "block swap changed the losses:"; losses "$work/swap-off.log"; losses "$work/swap-on.log"
