@@ -21,17 +21,25 @@ namespace remat::memory {
 /// main().
 REMAT_API void install_cpu_tracking();
 
-/// Lets freed host memory be reused instead of handed back to the kernel after every free: glibc's
-/// malloc otherwise starts by mapping each block above 128 KiB on its own and trimming the heap
-/// whenever 128 KiB lie free at its top, and only grows those limits as it sees such blocks freed.
-/// An inference loop that allocates and frees the same tens of MiB each step then takes them back
-/// from the kernel page by page every step (about 11,000 page faults a step for the sampling
-/// benchmark's transformer, none in the Python process it is compared with). Sets the limits glibc
-/// grows towards, at once: blocks from 32 MiB on are mapped on their own, and up to 64 MiB free at
-/// the heap's top is kept. Returns whether it set them: not when the user set either limit
-/// (GLIBC_TUNABLES glibc.malloc.*, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_), or off glibc.
-/// The CLI calls it first thing; a library user decides for their own process.
+/// Lets freed host memory be reused without holding more than the tensors ever needed at once.
+/// glibc's malloc otherwise starts by mapping each block above 128 KiB on its own and trimming the
+/// heap whenever 128 KiB lie free at its top, so an inference loop that allocates and frees the
+/// same tens of MiB each step takes them back from the kernel page by page every step (about
+/// 11,000 page faults a step for the sampling benchmark's transformer); and where it keeps them in
+/// its heap, blocks of other sizes reuse them only in part, so the resident set grows past the
+/// tensors' peak. After this call every CPU tensor of 1 MiB or more is a mapping of its own, and
+/// freed ones are kept for reuse as long as live + kept stays within the most the live ones ever
+/// took (Note [Host blocks] in src/core/host_blocks.cpp); smaller ones stay in malloc's heap, which
+/// keeps up to 8 MiB free at its top. Installs CPU tracking (the blocks are its allocations).
+/// Returns whether it took effect: not when the user set glibc's malloc limits (GLIBC_TUNABLES
+/// glibc.malloc.*, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_), or off glibc. The CLI calls it
+/// first thing; a library user decides for their own process.
 REMAT_API bool reuse_freed_host_memory();
+
+/// Hands every freed block kept for reuse back to the kernel (and malloc's free heap pages), and
+/// forgets the peak that justified keeping them: for the end of a phase whose peak the next will
+/// not reach (encoding a dataset's captions before training, say).
+REMAT_API void release_cached_host_memory();
 
 /// Whether install_cpu_tracking() has run.
 REMAT_API bool cpu_tracking_installed();

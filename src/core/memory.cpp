@@ -22,6 +22,7 @@
 #include <c10/util/Exception.h>
 
 #include "detail/cuda_memory.h"
+#include "detail/host_blocks.h"
 
 namespace remat::memory {
 namespace {
@@ -43,15 +44,22 @@ constexpr size_t kHeader = 64;
 
 struct Header {
   int64_t bytes;
+  size_t mapped;  // a block of its own (Note [Host blocks]) of this size; 0: from the wrapped allocator
 };
 
 c10::DeleterFnPtr g_inner_deleter = nullptr;
+std::atomic<bool> g_host_blocks{false};
 
 void delete_tracked(void* data) {
   if (data == nullptr) return;
   void* base = static_cast<char*>(data) - kHeader;
-  g_current.fetch_sub(static_cast<Header*>(base)->bytes, std::memory_order_relaxed);
-  g_inner_deleter(base);
+  const Header header = *static_cast<Header*>(base);
+  g_current.fetch_sub(header.bytes, std::memory_order_relaxed);
+  if (header.mapped != 0) {
+    detail::host_block_release(base, header.mapped);
+  } else {
+    g_inner_deleter(base);
+  }
 }
 
 class TrackingAllocator final : public c10::Allocator {
@@ -71,8 +79,11 @@ class TrackingAllocator final : public c10::Allocator {
 
  private:
   c10::DataPtr allocate_tracked(size_t nbytes) const {
-    void* base = inner_->raw_allocate(nbytes + kHeader);
-    static_cast<Header*>(base)->bytes = static_cast<int64_t>(nbytes);
+    size_t mapped = 0;
+    void* base = g_host_blocks.load(std::memory_order_relaxed) && nbytes + kHeader >= detail::kHostBlockFrom
+                     ? detail::host_block_allocate(nbytes + kHeader, &mapped)
+                     : inner_->raw_allocate(nbytes + kHeader);
+    *static_cast<Header*>(base) = Header{static_cast<int64_t>(nbytes), mapped};
     const int64_t now =
         g_current.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed) +
         static_cast<int64_t>(nbytes);
@@ -96,12 +107,23 @@ bool reuse_freed_host_memory() {
       std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
     return false;  // the user's own setting wins
   }
-  // DEFAULT_MMAP_THRESHOLD_MAX on 64-bit, and the trim threshold glibc pairs with it (2x).
-  constexpr int kMapOnItsOwnFrom = 32 << 20;
-  constexpr int kKeepFreeAtTop = 64 << 20;
-  return mallopt(M_MMAP_THRESHOLD, kMapOnItsOwnFrom) == 1 && mallopt(M_TRIM_THRESHOLD, kKeepFreeAtTop) == 1;
+  install_cpu_tracking();
+  if (!g_installed.load()) return false;
+  g_host_blocks = true;
+  // Tensors from kHostBlockFrom on are host blocks; what stays in malloc's heap is smaller, and
+  // up to 8 MiB of it is kept free at the heap's top rather than trimmed at every free.
+  constexpr int kKeepFreeAtTop = 8 << 20;
+  return mallopt(M_MMAP_THRESHOLD, static_cast<int>(detail::kHostBlockFrom)) == 1 &&
+         mallopt(M_TRIM_THRESHOLD, kKeepFreeAtTop) == 1;
 #else
   return false;
+#endif
+}
+
+void release_cached_host_memory() {
+  detail::host_block_drop_cache();
+#if defined(__GLIBC__)
+  malloc_trim(0);
 #endif
 }
 

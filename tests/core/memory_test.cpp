@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <fstream>
+#include <string>
 #include <vector>
 #include <torch/torch.h>
 
@@ -59,9 +61,9 @@ TEST(MemoryTracking, CudaFiguresNeedACudaDevice) {
 
 // A step that allocates and frees the same 20 blocks of 3 MiB: with glibc's own start the first
 // free raises its limits to 3 MiB mapped / 6 MiB kept, so every later step's 60 MiB come from the
-// heap and go back to the kernel when freed, faulting about 15,000 pages in again per step. With
-// the limits set up front the memory is reused and the steps take no new pages (measured once
-// outside this suite with Debian's LibTorch: 65,888 page faults in 5 steps without, 0 with).
+// heap and go back to the kernel when freed, faulting about 15,000 pages in again per step
+// (measured once outside this suite with Debian's LibTorch: 65,888 page faults in 5 steps). Kept
+// as host blocks (the step's peak allows 60 MiB of them), the steps take no new pages.
 TEST(MemoryTracking, FreedHostMemoryIsReusedStepAfterStep) {
   ASSERT_TRUE(remat::memory::reuse_freed_host_memory()) << "GLIBC_TUNABLES or MALLOC_*_ set in the environment?";
   const auto minor_faults = [] {
@@ -77,9 +79,72 @@ TEST(MemoryTracking, FreedHostMemoryIsReusedStepAfterStep) {
   const int64_t before = minor_faults();
   for (int i = 0; i < 5; ++i) step();
   const int64_t faults = minor_faults() - before;
-  // Without the limits, about 5 x 15,360 (a step's pages); allow a quarter of one step.
+  // Without reuse, about 5 x 15,360 (a step's pages); allow a quarter of one step.
   const int64_t step_pages = int64_t{20} * (3 << 20) / 4096;
   EXPECT_LT(faults, step_pages / 4) << "5 steps of 60 MiB took " << faults << " new pages";
+}
+
+// The resident set of this process, from /proc/self/status.
+int64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // "VmRSS:  123 kB"
+  }
+  ADD_FAILURE() << "no VmRSS in /proc/self/status";
+  return 0;
+}
+
+// Blocks of growing sizes, each freed once the next is allocated, with a small tensor kept from
+// each round between them: in malloc's heap every freed block is too small for the next and is
+// pinned by the small tensor above it, so the heap grows by every block (about 120 MiB here; the
+// limits this suite used before host blocks held that much). As mappings of their own, the
+// freed ones go back to the kernel: the process never holds much more than the tensors' peak.
+TEST(MemoryTracking, TheResidentSetStaysNearTheTensorsPeak) {
+  ASSERT_TRUE(remat::memory::reuse_freed_host_memory()) << "GLIBC_TUNABLES or MALLOC_*_ set in the environment?";
+  memory::release_cached_host_memory();
+  const int64_t rss_before = resident_bytes();
+  const int64_t tensors_before = memory::current_bytes();
+  memory::reset_peak();
+  int64_t rss_peak = rss_before;
+  std::vector<at::Tensor> kept;
+  at::Tensor block;
+  for (int mib = 4; mib <= 16; ++mib) {
+    at::Tensor next = at::empty({int64_t{mib} << 20}, at::kByte).fill_(1);
+    block = next;  // frees the previous block
+    kept.push_back(at::empty({96 << 10}, at::kByte).fill_(1));
+    rss_peak = std::max(rss_peak, resident_bytes());
+  }
+  const int64_t tensors_peak = memory::peak_bytes() - tensors_before;
+  const int64_t grown = rss_peak - rss_before;
+  EXPECT_LE(grown, tensors_peak + (8 << 20))
+      << "the resident set grew by " << memory::format_bytes(grown) << " for tensors peaking at "
+      << memory::format_bytes(tensors_peak);
+}
+
+// A freed block is handed out again to a request it holds without wasting more than half of it,
+// and release_cached_host_memory hands the kept ones back to the kernel.
+TEST(MemoryTracking, AFreedBlockServesTheNextRequestOfItsSize) {
+  ASSERT_TRUE(remat::memory::reuse_freed_host_memory());
+  memory::release_cached_host_memory();
+  const void* first = nullptr;
+  {
+    at::Tensor a = at::empty({6 << 20}, at::kByte).fill_(1);
+    first = a.data_ptr();
+  }
+  {
+    at::Tensor b = at::empty({4 << 20}, at::kByte);
+    EXPECT_EQ(b.data_ptr(), first) << "a 4 MiB request did not reuse the freed 6 MiB block";
+  }
+  {
+    at::Tensor c = at::empty({2 << 20}, at::kByte);
+    EXPECT_NE(c.data_ptr(), first) << "a 2 MiB request took a 6 MiB block";
+  }
+  std::vector<at::Tensor> blocks;
+  for (int i = 0; i < 16; ++i) blocks.push_back(at::empty({4 << 20}, at::kByte).fill_(1));
+  blocks.clear();  // 64 MiB freed and kept
+  const int64_t rss_kept = resident_bytes();
+  memory::release_cached_host_memory();
+  EXPECT_GE(rss_kept - resident_bytes(), int64_t{56} << 20) << "the kept blocks stayed resident";
 }
 
 TEST(MemoryTracking, FormatBytes) {

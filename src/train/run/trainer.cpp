@@ -286,6 +286,9 @@ void Trainer::setup() {
     validation_ = std::make_unique<ValidationRenderer>(
         config_, hooks_.log, images_ ? validation_edits(config_, *images_) : std::vector<ValidationEdit>{});
   }
+  // The encoders are gone: their peak, which let freed host memory be kept for reuse, is not the
+  // training step's (Note [Host blocks] in src/core/host_blocks.cpp).
+  remat::memory::release_cached_host_memory();
 
   const ModelSource source = resolve_model_source(config_);
   TransformerSpec spec = transformer_spec_of(config_, source);
