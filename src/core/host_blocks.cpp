@@ -3,41 +3,46 @@
 // An inference loop frees and allocates the same tens of MiB every step or tile. glibc's malloc
 // either hands blocks above its mmap threshold back to the kernel at each free and faults them in
 // again page by page, or keeps them in its heap, where a long-lived block above a freed region
-// pins it and blocks of other sizes reuse it only in part: the resident set then grows past what
-// the tensors ever hold at once (a tiled VAE decode: 1.9x the resident set of the same work in
-// PyTorch, with a lower tensor peak). So every block from kHostBlockFrom on is a mapping of its
-// own, which freeing can always return whole, and freed blocks are kept for reuse under one rule:
-// live + kept <= high, the most the live blocks have ever taken. A release moves bytes from live
-// to kept and cannot break it; a new mapping that would unmaps the oldest kept blocks first. So
-// the cache never makes the process hold more than its tensors already needed at their peak, and a
-// loop that asks for the same sizes every step (a training step, a denoising step, a tile) is
-// served from it without a page fault. A request takes the smallest kept block that holds it
-// without wasting more than half of it (a loop's shapes are close, not always equal). Blocks from
-// 2 MiB on ask for transparent huge pages (MADV_HUGEPAGE: a kernel whose THP mode is "madvise"
-// then faults 2 MiB at a time, not 4 KiB).
+// pins it: the heap can only give back its top, so the resident set grows past what the tensors
+// ever hold at once (a tiled VAE decode: 1.9x the resident set of the same work in PyTorch, with
+// a lower tensor peak). Here every block from kHostBlockFrom on comes from anonymous mappings, and
+// freed blocks become free page ranges, merged with free neighbours, which a request takes the
+// smallest fitting one of (splitting it: pages already resident are reused without a fault) and
+// which are unmapped, oldest first, whenever keeping them would break the rule
+//     live + kept <= high + kHostBlockSlack,
+// where high is the most the live blocks have ever taken. Unlike a heap's, any free range can go
+// back to the kernel, whatever lies around it. So the cache never makes the process hold more
+// than its tensors already needed at their peak plus the slack (which absorbs a loop whose sizes
+// do not tile each other exactly), and a loop that asks for the same sizes every step (a training
+// step, a denoising step, a tile) is served without page faults. Mappings from 2 MiB on ask for
+// transparent huge pages (MADV_HUGEPAGE: a kernel whose THP mode is "madvise" then faults 2 MiB at
+// a time, not 4 KiB).
 #include "detail/host_blocks.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <list>
+#include <cstdint>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include <c10/util/Exception.h>
 
 namespace remat::memory::detail {
 namespace {
 
-struct Block {
-  void* base;
-  size_t mapped;
+struct FreeRange {
+  size_t bytes;
+  uint64_t freed_at;  // for eviction, oldest first (a merged range takes its newest part's time)
 };
 
 constexpr size_t kHugePage = size_t{2} << 20;
 
 std::mutex g_mutex;
-std::list<Block> g_kept;  // oldest first
+std::map<char*, FreeRange> g_free;  // by address, never two adjacent ones
+uint64_t g_clock = 0;
 HostBlockCounts g_counts{0, 0, 0};
 
 size_t round_to_pages(size_t bytes) {
@@ -45,39 +50,52 @@ size_t round_to_pages(size_t bytes) {
   return (bytes + page - 1) / page * page;
 }
 
+struct Range {
+  char* base;
+  size_t bytes;
+};
+
+// Under the lock: takes the oldest free ranges out until the rule holds again.
+void evict_locked(std::vector<Range>& evicted) {
+  while (!g_free.empty() && g_counts.live + g_counts.kept > g_counts.high + kHostBlockSlack) {
+    auto oldest = std::min_element(g_free.begin(), g_free.end(), [](const auto& a, const auto& b) {
+      return a.second.freed_at < b.second.freed_at;
+    });
+    evicted.push_back({oldest->first, oldest->second.bytes});
+    g_counts.kept -= oldest->second.bytes;
+    g_free.erase(oldest);
+  }
+}
+
 // Unmaps outside the lock: munmap can take a while.
-void unmap_all(const std::list<Block>& blocks) {
-  for (const Block& block : blocks) munmap(block.base, block.mapped);
+void unmap_all(const std::vector<Range>& ranges) {
+  for (const Range& range : ranges) munmap(range.base, range.bytes);
 }
 
 }  // namespace
 
 void* host_block_allocate(size_t bytes, size_t* mapped) {
   const size_t size = round_to_pages(bytes);
-  std::list<Block> evicted;
+  *mapped = size;
+  std::vector<Range> evicted;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto best = g_kept.end();
-    for (auto it = g_kept.begin(); it != g_kept.end(); ++it) {
-      // Later (newer) blocks win ties: they are the likeliest still in the CPU's caches.
-      if (it->mapped >= size && it->mapped / 2 <= size && (best == g_kept.end() || it->mapped <= best->mapped)) {
-        best = it;
-      }
+    auto best = g_free.end();
+    for (auto it = g_free.begin(); it != g_free.end(); ++it) {
+      if (it->second.bytes >= size && (best == g_free.end() || it->second.bytes < best->second.bytes)) best = it;
     }
-    if (best != g_kept.end()) {
-      void* base = best->base;
-      *mapped = best->mapped;
-      g_counts.kept -= best->mapped;
-      g_counts.live += best->mapped;
-      g_kept.erase(best);
+    if (best != g_free.end()) {
+      char* base = best->first;
+      const FreeRange rest{best->second.bytes - size, best->second.freed_at};
+      g_free.erase(best);
+      if (rest.bytes > 0) g_free.emplace(base + size, rest);
+      g_counts.kept -= size;
+      g_counts.live += size;
       return base;
     }
     g_counts.live += size;
     g_counts.high = std::max(g_counts.high, g_counts.live);
-    while (g_counts.live + g_counts.kept > g_counts.high) {
-      g_counts.kept -= g_kept.front().mapped;
-      evicted.splice(evicted.end(), g_kept, g_kept.begin());
-    }
+    evict_locked(evicted);
   }
   unmap_all(evicted);
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -89,22 +107,43 @@ void* host_block_allocate(size_t bytes, size_t* mapped) {
 #if defined(MADV_HUGEPAGE)
   if (size >= kHugePage) madvise(base, size, MADV_HUGEPAGE);  // advice only: its failure changes nothing
 #endif
-  *mapped = size;
   return base;
 }
 
-void host_block_release(void* base, size_t mapped) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_kept.push_back({base, mapped});
-  g_counts.live -= mapped;
-  g_counts.kept += mapped;
+void host_block_release(void* block, size_t mapped) {
+  char* base = static_cast<char*>(block);
+  std::vector<Range> evicted;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    FreeRange range{mapped, ++g_clock};
+    // Merge with the free neighbours: adjacent anonymous mappings are one range of addresses.
+    auto next = g_free.lower_bound(base);
+    if (next != g_free.end() && next->first == base + range.bytes) {
+      range.bytes += next->second.bytes;
+      next = g_free.erase(next);
+    }
+    if (next != g_free.begin()) {
+      auto previous = std::prev(next);
+      if (previous->first + previous->second.bytes == base) {
+        base = previous->first;
+        range.bytes += previous->second.bytes;
+        g_free.erase(previous);
+      }
+    }
+    g_free.emplace(base, range);
+    g_counts.live -= mapped;
+    g_counts.kept += mapped;
+    evict_locked(evicted);  // live + kept is unchanged unless the slack was in use
+  }
+  unmap_all(evicted);
 }
 
 void host_block_drop_cache() {
-  std::list<Block> evicted;
+  std::vector<Range> evicted;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    evicted.swap(g_kept);
+    for (const auto& [base, range] : g_free) evicted.push_back({base, range.bytes});
+    g_free.clear();
     g_counts.kept = 0;
     g_counts.high = g_counts.live;  // what was needed before no longer justifies a cache
   }

@@ -3,6 +3,7 @@
 // figure derived below from what autograd saves.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <string>
@@ -121,23 +122,32 @@ TEST(MemoryTracking, TheResidentSetStaysNearTheTensorsPeak) {
       << memory::format_bytes(tensors_peak);
 }
 
-// A freed block is handed out again to a request it holds without wasting more than half of it,
-// and release_cached_host_memory hands the kept ones back to the kernel.
-TEST(MemoryTracking, AFreedBlockServesTheNextRequestOfItsSize) {
+// A freed block is handed out again, whole or split: a smaller request takes the front of the
+// free range and the next one the pages after it. release_cached_host_memory hands the kept
+// blocks back to the kernel.
+TEST(MemoryTracking, FreedBlocksServeLaterRequestsWholeOrSplit) {
   ASSERT_TRUE(remat::memory::reuse_freed_host_memory());
   memory::release_cached_host_memory();
-  const void* first = nullptr;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto address = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); };
+  uintptr_t first = 0;
   {
     at::Tensor a = at::empty({6 << 20}, at::kByte).fill_(1);
-    first = a.data_ptr();
+    first = address(a);
   }
   {
-    at::Tensor b = at::empty({4 << 20}, at::kByte);
-    EXPECT_EQ(b.data_ptr(), first) << "a 4 MiB request did not reuse the freed 6 MiB block";
+    at::Tensor b = at::empty({6 << 20}, at::kByte);
+    EXPECT_EQ(address(b), first) << "a 6 MiB request did not reuse the freed 6 MiB block";
   }
   {
     at::Tensor c = at::empty({2 << 20}, at::kByte);
-    EXPECT_NE(c.data_ptr(), first) << "a 2 MiB request took a 6 MiB block";
+    at::Tensor d = at::empty({3 << 20}, at::kByte);
+    EXPECT_EQ(address(c), first) << "a 2 MiB request did not take the front of the free 6 MiB";
+    // c's block: its 2 MiB and the allocator's header, in whole pages.
+    const uintptr_t c_block = (address(d) - address(c));
+    EXPECT_EQ(c_block % page, 0u);
+    EXPECT_GE(c_block, uintptr_t{2} << 20);
+    EXPECT_LE(c_block, (uintptr_t{2} << 20) + page) << "the 3 MiB request did not take the pages after c";
   }
   std::vector<at::Tensor> blocks;
   for (int i = 0; i < 16; ++i) blocks.push_back(at::empty({4 << 20}, at::kByte).fill_(1));

@@ -1,5 +1,5 @@
-// Large host blocks, each a mapping of its own, with a cache of freed ones bounded by the
-// largest footprint the blocks ever had (Note [Host blocks] in host_blocks.cpp).
+// Large host blocks from anonymous mappings, with a cache of freed pages bounded by the largest
+// footprint the blocks ever had (Note [Host blocks] in host_blocks.cpp).
 #pragma once
 
 #include <cstddef>
@@ -9,8 +9,11 @@ namespace remat::memory::detail {
 /// Blocks of at least this many bytes are mapped on their own.
 constexpr size_t kHostBlockFrom = size_t{1} << 20;
 
-/// A page-aligned block of at least `bytes`; its size is returned in `mapped` (whole pages, up to
-/// twice `bytes` when a kept block is reused). Throws c10::Error when the kernel refuses a mapping.
+/// Free pages kept beyond what the live blocks' peak leaves room for.
+constexpr size_t kHostBlockSlack = size_t{4} << 20;
+
+/// A page-aligned block of `bytes` rounded up to whole pages (returned in `mapped`). Throws
+/// c10::Error when the kernel refuses a mapping.
 void* host_block_allocate(size_t bytes, size_t* mapped);
 
 /// Takes a block back into the cache.
