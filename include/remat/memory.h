@@ -27,10 +27,11 @@ REMAT_API void install_cpu_tracking();
 /// same tens of MiB each step takes them back from the kernel page by page every step (about
 /// 11,000 page faults a step for the sampling benchmark's transformer); and where it keeps them in
 /// its heap, blocks of other sizes reuse them only in part, so the resident set grows past the
-/// tensors' peak. After this call every CPU tensor of 1 MiB or more is a mapping of its own, and
-/// freed ones are kept for reuse as long as live + kept stays within the most the live ones ever
-/// took (Note [Host blocks] in src/core/host_blocks.cpp); smaller ones stay in malloc's heap, which
-/// keeps up to 8 MiB free at its top. Installs CPU tracking (the blocks are its allocations).
+/// tensors' peak. After this call every CPU tensor of 1 MiB or more comes from anonymous mappings:
+/// freed ones become free page ranges that later requests take whole or split, unmapped (oldest
+/// first) as soon as live + kept would exceed the most the live ones ever took plus 4 MiB (Note
+/// [Host blocks] in src/core/host_blocks.cpp); smaller ones stay in malloc's heap, which keeps up
+/// to 64 MiB free at its top. Installs CPU tracking (the blocks are its allocations).
 /// Returns whether it took effect: not when the user set glibc's malloc limits (GLIBC_TUNABLES
 /// glibc.malloc.*, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_), or off glibc. The CLI calls it
 /// first thing; a library user decides for their own process.

@@ -38,12 +38,18 @@ struct FreeRange {
   uint64_t freed_at;  // for eviction, oldest first (a merged range takes its newest part's time)
 };
 
+struct Counts {
+  size_t live;  // handed out, not yet released
+  size_t kept;  // released, still mapped
+  size_t high;  // the most `live` has been
+};
+
 constexpr size_t kHugePage = size_t{2} << 20;
 
 std::mutex g_mutex;
 std::map<char*, FreeRange> g_free;  // by address, never two adjacent ones
 uint64_t g_clock = 0;
-HostBlockCounts g_counts{0, 0, 0};
+Counts g_counts{0, 0, 0};
 
 size_t round_to_pages(size_t bytes) {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -148,11 +154,6 @@ void host_block_drop_cache() {
     g_counts.high = g_counts.live;  // what was needed before no longer justifies a cache
   }
   unmap_all(evicted);
-}
-
-HostBlockCounts host_block_counts() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  return g_counts;
 }
 
 }  // namespace remat::memory::detail

@@ -111,7 +111,8 @@ bool reuse_freed_host_memory() {
   if (!g_installed.load()) return false;
   g_host_blocks = true;
   // Tensors from kHostBlockFrom on are host blocks; what stays in malloc's heap is smaller, and
-  // up to 8 MiB of it is kept free at the heap's top rather than trimmed at every free.
+  // up to 64 MiB of it is kept free at the heap's top rather than trimmed at every free (the
+  // limit glibc pairs with its largest dynamic mmap threshold).
   constexpr int kKeepFreeAtTop = 64 << 20;
   return mallopt(M_MMAP_THRESHOLD, static_cast<int>(detail::kHostBlockFrom)) == 1 &&
          mallopt(M_TRIM_THRESHOLD, kKeepFreeAtTop) == 1;

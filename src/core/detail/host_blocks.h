@@ -6,7 +6,7 @@
 
 namespace remat::memory::detail {
 
-/// Blocks of at least this many bytes are mapped on their own.
+/// Blocks of at least this many bytes come from here.
 constexpr size_t kHostBlockFrom = size_t{1} << 20;
 
 /// Free pages kept beyond what the live blocks' peak leaves room for.
@@ -16,17 +16,10 @@ constexpr size_t kHostBlockSlack = size_t{4} << 20;
 /// c10::Error when the kernel refuses a mapping.
 void* host_block_allocate(size_t bytes, size_t* mapped);
 
-/// Takes a block back into the cache.
+/// Takes a block back as a free range (merged with free neighbours).
 void host_block_release(void* base, size_t mapped);
 
-/// Unmaps every kept block.
+/// Unmaps every free range and takes the live bytes as the new peak.
 void host_block_drop_cache();
-
-struct HostBlockCounts {
-  size_t live;  // handed out, not yet released
-  size_t kept;  // released, still mapped
-  size_t high;  // the most `live` has been
-};
-HostBlockCounts host_block_counts();
 
 }  // namespace remat::memory::detail
