@@ -13,6 +13,7 @@
 /// under `predict` (Note [Budget planner] in src/core/plan/plan.cpp).
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,12 @@ REMAT_API Prediction predict(const Chain& chain, const Layout& layout);
 struct PlannerOptions {
   /// Allow Offload segments (only used when chain.offload_to_host).
   bool allow_offload = true;
+  /// First block whose weights are streamed from host memory (block swap,
+  /// remat/weight_stream.h); the chain's length when none is. Each block from here on is a
+  /// checkpointed segment of its own (Recompute or Offload): a streamed block must not be kept,
+  /// or autograd would hold its weights until backward, and one block per segment keeps the ring
+  /// of device buffers at its smallest, two slots (WeightStream::slots_for_groups).
+  int64_t stream_from = std::numeric_limits<int64_t>::max();
 };
 
 /// The planner's answer.

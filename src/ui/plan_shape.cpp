@@ -1,26 +1,11 @@
 #include "plan_shape.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "remat/train/family/family.h"
 #include "remat/train/family/hub_models.h"
 #include "remat/train/family/model_source.h"
+#include "remat/train/memory/training_plan.h"
 
 namespace remat::ui::detail {
-namespace {
-
-// One image token per pixel_multiple x pixel_multiple pixels (Flux: 8x VAE downsampling, then 2x2
-// packing; MageFlow: 16x, one token per latent pixel). `resolution` is a side in pixels, or
-// megapixels when below 16 (SimpleTuner's area mode).
-int64_t image_tokens_of(const train::TrainConfig& config) {
-  const double side = config.resolution < 16 ? std::sqrt(config.resolution * 1e6) : config.resolution;
-  const auto pixels_per_token = static_cast<double>(train::model_family(config.model_family).encoders.pixel_multiple);
-  const int64_t per_side = std::max<int64_t>(1, static_cast<int64_t>(std::lround(side / pixels_per_token)));
-  return per_side * per_side;
-}
-
-}  // namespace
 
 std::string PlanShape::description() const {
   return "batch " + std::to_string(batch) + ", " + std::to_string(image_tokens) + " image tokens, " +
@@ -60,7 +45,7 @@ PlanShape plan_shape_of(const train::TrainConfig& config) {
   // The run's device as the config names it ("auto": an accelerator, where the plan matters).
   shape.use.ema = train::ema_lives_on(config, config.device == "cpu" ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA));
   shape.batch = config.train_batch_size;
-  shape.image_tokens = image_tokens_of(config);
+  shape.image_tokens = train::image_tokens_for_resolution(config);
   shape.text_tokens = config.tokenizer_max_length;
   shape.bf16 = config.mixed_precision == "bf16";
   shape.ffn = config.checkpoint_ffn_only();

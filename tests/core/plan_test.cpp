@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -68,7 +69,18 @@ struct Outcome {
   int64_t peak;
   double time;
   bool uses_offload;
+  // For PlannerOptions::stream_from: bit k set when block k starts a segment, and the smallest k
+  // from which every segment is one block, not Keep.
+  uint32_t starts;
+  int64_t streamable_from;
 };
+
+// Whether a layout obeys stream_from = k: blocks from k on are one-block checkpoints (so a
+// segment starts at k, unless k is past the chain).
+bool obeys_stream_from(const Outcome& o, int64_t k, int64_t n) {
+  if (k >= n) return true;
+  return k >= o.streamable_from && ((o.starts >> k) & 1u) != 0;
+}
 
 // predict() on every layout: every composition of the blocks into segments that respect the
 // forced boundaries, every segment in every mode.
@@ -80,8 +92,17 @@ std::vector<Outcome> all_outcomes(const Chain& chain) {
     if (p == n) {
       const auto prediction = remat::predict(chain, layout);
       bool offload = false;
-      for (const auto& s : layout.segments) offload |= s.mode == BlockMode::Offload;
-      outcomes.push_back({prediction.peak_bytes, prediction.step_s, offload});
+      uint32_t starts = 0;
+      int64_t streamable_from = n;
+      for (const auto& s : layout.segments) {
+        offload |= s.mode == BlockMode::Offload;
+        starts |= 1u << s.begin;
+      }
+      for (auto s = layout.segments.rbegin(); s != layout.segments.rend(); ++s) {
+        if (s->end - s->begin != 1 || s->mode == BlockMode::Keep) break;
+        streamable_from = s->begin;
+      }
+      outcomes.push_back({prediction.peak_bytes, prediction.step_s, offload, starts, streamable_from});
       return;
     }
     for (int64_t q = p + 1; q <= n; ++q) {
@@ -99,16 +120,19 @@ std::vector<Outcome> all_outcomes(const Chain& chain) {
 }
 
 void expect_optimal(const Chain& chain, const std::vector<Outcome>& outcomes, int64_t budget,
-                    bool allow_offload, const std::string& where) {
+                    bool allow_offload, const std::string& where,
+                    int64_t stream_from = std::numeric_limits<int64_t>::max()) {
   double best = INFINITY;
   int64_t min_peak = INT64_MAX;
   for (const auto& o : outcomes) {
     if (o.uses_offload && !allow_offload) continue;
+    if (!obeys_stream_from(o, stream_from, chain.num_blocks())) continue;
     min_peak = std::min(min_peak, o.peak);
     if (o.peak <= budget) best = std::min(best, o.time);
   }
   remat::PlannerOptions options;
   options.allow_offload = allow_offload;
+  options.stream_from = stream_from;
   const auto result = remat::plan_layout(chain, budget, options);
   const bool fits = std::isfinite(best);
   ASSERT_EQ(result.fits, fits) << where;
@@ -125,6 +149,11 @@ void expect_optimal(const Chain& chain, const std::vector<Outcome>& outcomes, in
   }
   if (!allow_offload) {
     for (const auto& s : result.layout.segments) EXPECT_NE(s.mode, BlockMode::Offload) << where;
+  }
+  for (const auto& s : result.layout.segments) {
+    if (s.end <= stream_from) continue;
+    EXPECT_EQ(s.end - s.begin, 1) << where << ": streamed blocks are checkpointed one per segment";
+    EXPECT_NE(s.mode, BlockMode::Keep) << where << ": a streamed block is kept";
   }
 }
 
@@ -161,6 +190,35 @@ TEST(Planner, OptimalAgainstExhaustiveSearch) {
     }
   }
   EXPECT_GT(checked, 300);
+}
+
+// Streamed blocks (block swap) may not be kept and are checkpointed one per segment: the planner
+// is still the fastest of the layouts that obey that.
+TEST(Planner, StreamedBlocksOptimalAgainstExhaustiveSearch) {
+  int checked = 0;
+  for (int seed = 0; seed < 24; ++seed) {
+    std::mt19937 rng(777 + seed);
+    const int64_t n = 1 + seed % 8;
+    const Chain chain = random_chain(rng, n);
+    const auto outcomes = all_outcomes(chain);
+    std::vector<int64_t> peaks;
+    for (const auto& o : outcomes) peaks.push_back(o.peak);
+    std::sort(peaks.begin(), peaks.end());
+    std::uniform_int_distribution<int64_t> between(peaks.front(), peaks.back());
+    for (int64_t stream_from = 0; stream_from <= n; ++stream_from) {
+      for (int i = 0; i < 3; ++i) {
+        const int64_t budget = std::max<int64_t>(1, between(rng));
+        for (bool allow_offload : {true, false}) {
+          expect_optimal(chain, outcomes, budget, allow_offload,
+                         "seed " + std::to_string(seed) + ", " + std::to_string(n) + " blocks, streamed from " +
+                             std::to_string(stream_from) + ", budget " + std::to_string(budget),
+                         stream_from);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 500);
 }
 
 // A Flux-dev-shaped chain: 19 double blocks then 38 single blocks, forced boundary at 19.

@@ -101,7 +101,7 @@ class ParetoFront {
 // All local costs of the segments the planner may use, by (begin, end, mode).
 class SegmentTable {
  public:
-  SegmentTable(const Chain& chain, bool allow_offload) : n_(chain.num_blocks()) {
+  SegmentTable(const Chain& chain, bool allow_offload, int64_t stream_from) : n_(chain.num_blocks()) {
     modes_ = {BlockMode::Keep, BlockMode::Recompute};
     // Offload that stays on the device costs exactly what Recompute costs: never better.
     if (allow_offload && chain.offload_to_host) modes_.push_back(BlockMode::Offload);
@@ -113,7 +113,9 @@ class SegmentTable {
     }
     for (int64_t p = 0; p < n_; ++p) {
       for (BlockMode mode : modes_) {
-        const int64_t last = mode == BlockMode::Keep ? p + 1 : limit[p];
+        const bool streamed = p >= stream_from;  // PlannerOptions::stream_from
+        if (streamed && mode == BlockMode::Keep) continue;
+        const int64_t last = mode == BlockMode::Keep || streamed ? p + 1 : std::min(limit[p], stream_from);
         for (int64_t q = p + 1; q <= last; ++q) {
           const Segment segment{p, q, mode};
           entries_.push_back({segment, detail::segment_local_cost(chain, segment),
@@ -295,7 +297,7 @@ std::string explain(const Chain& chain, const PlanResult& result, const PlannerO
   } else {
     out << "Lower the resolution or the batch size (activations grow with tokens x batch), ";
     if (!options.allow_offload && chain.offload_to_host) {
-      const SegmentTable with_offload(chain, /*allow_offload=*/true);
+      const SegmentTable with_offload(chain, /*allow_offload=*/true, options.stream_from);
       const int64_t offload_peak = min_peak(chain, with_offload, result.min_possible_peak);
       if (offload_peak < result.min_possible_peak) {
         out << "enable offloading (gradient_checkpointing_backend: unsloth; smallest peak then "
@@ -333,8 +335,16 @@ PlanResult plan_layout(const Chain& chain, int64_t budget_bytes, const PlannerOp
     return result;
   }
 
-  const SegmentTable table(chain, options.allow_offload);
-  result.min_possible_peak = min_peak(chain, table, keep_all_prediction.peak_bytes);
+  const SegmentTable table(chain, options.allow_offload, options.stream_from);
+  // An upper bound that some allowed layout reaches: keep-all, or with streamed blocks (which
+  // may not be kept) every block recomputed on its own, whichever peaks higher.
+  int64_t upper = keep_all_prediction.peak_bytes;
+  if (options.stream_from < chain.num_blocks()) {
+    Layout per_block;
+    for (int64_t b = 0; b < chain.num_blocks(); ++b) per_block.segments.push_back({b, b + 1, BlockMode::Recompute});
+    upper = std::max(upper, predict(chain, per_block).peak_bytes);
+  }
+  result.min_possible_peak = min_peak(chain, table, upper);
   std::optional<DpResult> best = solve(chain, table, budget_bytes, /*minimize_time=*/true);
   result.fits = best.has_value();
   if (!best) best = solve(chain, table, result.min_possible_peak, /*minimize_time=*/true);

@@ -2,6 +2,7 @@
 // adapter to remat::train::Transformer, which owns Flux's batch layout (2x2-packed latents with
 // position ids, T5 states and CLIP's pooled embedding, a guidance input for the
 // guidance-distilled models).
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -69,6 +70,50 @@ models::FluxConfig flux_config_of(const TransformerSpec& spec) {
     return models::flux_config_from_bfl(io::SafetensorsFile::open(*spec.weights));
   }
   return models::FluxConfig::preset(model_family(kFluxName).preset_of(spec.flavour));
+}
+
+// A FluxConfig as the diffusers config.json keys FluxConfig::from_json_string reads.
+std::string flux_config_json(const models::FluxConfig& c) {
+  std::string axes;
+  for (size_t i = 0; i < c.axes_dims_rope.size(); ++i) axes += (i ? ", " : "") + std::to_string(c.axes_dims_rope[i]);
+  return "{\"patch_size\": " + std::to_string(c.patch_size) + ", \"in_channels\": " + std::to_string(c.in_channels) +
+         ", \"out_channels\": " + (c.out_channels ? std::to_string(*c.out_channels) : std::string("null")) +
+         ", \"num_layers\": " + std::to_string(c.num_layers) +
+         ", \"num_single_layers\": " + std::to_string(c.num_single_layers) +
+         ", \"attention_head_dim\": " + std::to_string(c.attention_head_dim) +
+         ", \"num_attention_heads\": " + std::to_string(c.num_attention_heads) +
+         ", \"joint_attention_dim\": " + std::to_string(c.joint_attention_dim) +
+         ", \"pooled_projection_dim\": " + std::to_string(c.pooled_projection_dim) +
+         ", \"guidance_embeds\": " + (c.guidance_embeds ? "true" : "false") + ", \"axes_dims_rope\": [" + axes + "]}";
+}
+
+PlanProxy flux_plan_proxy(const TransformerSpec& spec) {
+  const models::FluxConfig config = flux_config_of(spec);
+  PlanProxy shape;
+  shape.heads = config.num_attention_heads;
+  shape.head_dim = config.attention_head_dim;
+  shape.stack_sizes = {config.num_layers, config.num_single_layers};
+  shape.proxy = [config, spec](int64_t heads, int64_t blocks_per_stack) {
+    models::FluxConfig narrow = config;
+    narrow.num_attention_heads = heads;
+    narrow.num_layers = std::min(config.num_layers, blocks_per_stack);
+    narrow.num_single_layers = std::min(config.num_single_layers, blocks_per_stack);
+    TransformerSpec out = spec;
+    out.config_json = flux_config_json(narrow);
+    out.weights.reset();
+    return out;
+  };
+  // Per token, a double block's image and text streams each multiply by 12 D^2 weights (q, k, v
+  // and out: 4 D^2; the feed-forward D x 4D and 4D x D: 8 D^2); a single block its q, k, v
+  // (3 D^2), proj_mlp (4 D^2) and proj_out (5 D x D) over every token. Attention over the
+  // joint sequence of T tokens: Q K^T and P V, 2 T^2 D multiply-adds. The modulation Linears
+  // run once per sample: left out.
+  const double d = static_cast<double>(config.hidden_size());
+  shape.block_forward_flops = [d](size_t, int64_t image_tokens, int64_t text_tokens) {
+    const double t = static_cast<double>(image_tokens + text_tokens);
+    return 2.0 * (12.0 * d * d * t + 2.0 * t * t * d);
+  };
+  return shape;
 }
 
 // SimpleTuner's per-flavour settings (flux/model.py check_user_config).
@@ -367,6 +412,7 @@ void register_family_flux() {
     const auto config = flux_config_of(spec);
     return AttentionLayers{config.num_layers + config.num_single_layers, config.num_attention_heads};
   };
+  f.plan_proxy = flux_plan_proxy;
   register_family(std::move(f));
 }
 

@@ -61,6 +61,33 @@ models::MageFlowConfig mageflow_config_of(const TransformerSpec& spec) {
                           : models::MageFlowConfig::preset(model_family(kMageFlowName).preset_of(spec.flavour));
 }
 
+PlanProxy mageflow_plan_proxy(const TransformerSpec& spec) {
+  const models::MageFlowConfig config = mageflow_config_of(spec);
+  PlanProxy shape;
+  shape.heads = config.num_heads;
+  shape.head_dim = config.head_dim();
+  shape.stack_sizes = {config.depth};
+  shape.proxy = [config, spec](int64_t heads, int64_t blocks_per_stack) {
+    models::MageFlowConfig narrow = config;
+    narrow.num_heads = heads;
+    narrow.hidden_size = heads * config.head_dim();
+    narrow.depth = std::min(config.depth, blocks_per_stack);
+    TransformerSpec out = spec;
+    out.config_json = narrow.to_json();
+    out.weights.reset();
+    return out;
+  };
+  // A double-stream block like Flux's (models::linear_layers(MageFlowConfig)): per token each
+  // stream multiplies by 12 D^2 weights (q, k, v, out and the 4x feed-forward); attention within
+  // each sample's joint sequence, 2 T^2 D multiply-adds.
+  const double d = static_cast<double>(config.hidden_size);
+  shape.block_forward_flops = [d](size_t, int64_t image_tokens, int64_t text_tokens) {
+    const double t = static_cast<double>(image_tokens + text_tokens);
+    return 2.0 * (12.0 * d * d * t + 2.0 * t * t * d);
+  };
+  return shape;
+}
+
 // MageFlow trains on packed batches: the B samples of a batch are concatenated along the token
 // axis (batch dimension 1), delimited by cu_seqlens; attention stays within each sample.
 class MageFlowTransformer final : public Transformer {
@@ -321,6 +348,7 @@ void register_family_mageflow() {
     const auto config = mageflow_config_of(spec);
     return AttentionLayers{config.depth, config.num_heads};
   };
+  f.plan_proxy = mageflow_plan_proxy;
   register_family(std::move(f));
 }
 

@@ -103,6 +103,14 @@ void add_block_swap(MemoryDemand& d, const std::vector<models::LinearShape>& lay
 
 }  // namespace
 
+std::vector<int64_t> block_weight_bytes(const TransformerSpec& spec, const ModelUse& use) {
+  const ModelFamily& family = model_family(spec.family);
+  if (!family.linear_layers || family.checkpointing.block_stack_modules.empty()) return {};
+  TransformerSpec resolved = spec;
+  if (resolved.flavour.empty()) resolved.flavour = family.small_flavour;  // as make_transformer does
+  return block_linear_bytes(family.linear_layers(resolved), family.checkpointing.block_stack_modules, use);
+}
+
 std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use) {
   const ModelFamily& family = model_family(spec.family);
   const bool quantized = use.base_precision.mode != models::WeightQuantization::none;

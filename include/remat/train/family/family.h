@@ -89,6 +89,21 @@ struct AttentionLayers {
   int64_t heads = 0;  ///< heads of each
 };
 
+/// What `remat plan`'s memory model (remat/train/memory/training_plan.h) needs of a family, from
+/// its config alone: the model measured at four narrow widths stands in for the real one.
+struct PlanProxy {
+  int64_t heads = 0;      ///< attention heads of the real model
+  int64_t head_dim = 0;   ///< their size (the proxies keep it)
+  std::vector<int64_t> stack_sizes;  ///< blocks per stack, in run order
+  /// The same architecture with `blocks_per_stack` blocks in each stack and `heads_of_proxy`
+  /// heads of head_dim each (every width that follows from the hidden size scales with it), as
+  /// a spec carrying its config JSON text.
+  std::function<TransformerSpec(int64_t heads_of_proxy, int64_t blocks_per_stack)> proxy;
+  /// Forward FLOPs of one block of stack `stack` for one sample of `image_tokens` and
+  /// `text_tokens` (matrix products: 2 per multiply-add).
+  std::function<double(size_t stack, int64_t image_tokens, int64_t text_tokens)> block_forward_flops;
+};
+
 /// What a family's pipelines default to when called (diffusers' __call__ arguments): `remat sample`
 /// uses them for the options a user leaves unset.
 struct PipelineDefaults {
@@ -175,6 +190,8 @@ struct ModelFamily {
   /// UI's planner refuses a step profile whose scores alone would exceed its memory limit before
   /// starting it. Unset: not sized.
   std::function<AttentionLayers(const TransformerSpec&)> attention_layers;
+  /// The shape `remat plan` models a spec with (PlanProxy). Unset: the family is not planned.
+  std::function<PlanProxy(const TransformerSpec&)> plan_proxy;
 
   /// Whether it samples pictures (encoders and a scheduler; its Transformer's denoiser).
   bool samples() const { return encoders.available() && static_cast<bool>(scheduler); }

@@ -105,6 +105,11 @@ REMAT_API bool ema_lives_on(const TrainConfig& config, const c10::Device& device
 /// config.json).
 REMAT_API std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, const ModelUse& use);
 
+/// The Linear weights (and biases) of each transformer block as `use` stores them, in run order:
+/// what block swap moves to host memory for each swapped block. Empty for a family without
+/// Linear layers or block stacks.
+REMAT_API std::vector<int64_t> block_weight_bytes(const TransformerSpec& spec, const ModelUse& use);
+
 /// Per process of a data-parallel run on `world_size` processes with ZeRO stage `zero_stage` (0
 /// or 1): predict_model_memory with ModelUse::world_size and zero_stage set. Every rank holds the
 /// weights and, data-parallel gradients being views into the reducer's buckets, every gradient
