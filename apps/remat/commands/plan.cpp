@@ -9,6 +9,7 @@
 #include "command.h"
 #include "remat/byte_size.h"
 #include "remat/memory.h"
+#include "remat/threads.h"
 #include "remat/train/memory/training_plan.h"
 #include "remat/train/options/config.h"
 #include "remat/util/error.h"
@@ -122,6 +123,7 @@ int run_plan(const std::vector<std::string>& given) {
   const train::TrainConfig config = train::load_train_config(args, warnings, train::Environment(/*cuda=*/true));
   for (const auto& warning : warnings) std::cerr << "warning: " << warning << "\n";
 
+  set_cpu_threads(config.torch_num_threads);  // the proxies' profiles run on the CPU
   train::TrainingPlanRequest request = train::plan_request_of(config, flags.budgets.front(), flags.host_budget);
   request.device_flops = flags.device_tflops * 1e12;
   request.host_bandwidth = flags.host_bandwidth;

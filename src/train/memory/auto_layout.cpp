@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
@@ -320,11 +321,12 @@ std::vector<Layout> split_stack_layout(const Layout& layout, const std::vector<i
   return stacks;
 }
 
-AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_bytes, bool allow_offload) {
+AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_bytes, bool allow_offload, int64_t stream_from) {
   TORCH_CHECK_VALUE(budget_bytes > 0, "[train] gradient_checkpointing_memory_budget must be > 0 bytes, got ",
                     budget_bytes);
   PlannerOptions options;
   options.allow_offload = allow_offload;
+  options.stream_from = stream_from;
   AutoLayout out;
   out.plan = plan_layout(model.chain, budget_bytes, options);
   if (!out.plan.fits) {
@@ -351,7 +353,10 @@ AutoLayout apply_auto_layout(Transformer& model, torch::optim::Optimizer& optimi
   const StepModel step = profile_step(model, optimizer, parameters, batch, settings, generator, options);
   const c10::Device device = batch.latents.device();
   const int64_t budget = budget_bytes.value_or(default_memory_budget(device));
-  AutoLayout chosen = plan_auto_layout(step, budget);
+  // Streamed blocks (block swap) are checkpointed one per segment: the ring stays at two slots.
+  const models::BlockSwap* swap = model.block_swap();
+  const int64_t stream_from = swap != nullptr && swap->count() > 0 ? swap->first() : std::numeric_limits<int64_t>::max();
+  AutoLayout chosen = plan_auto_layout(step, budget, /*allow_offload=*/true, stream_from);
   model.set_checkpoint_plan(CheckpointPlan::from_layouts(chosen.stack_layouts));
   if (log) log("[train] gradient_checkpointing_interval " + describe_plan(chosen.plan));
   return chosen;

@@ -7,6 +7,7 @@
 /// `remat train` and `remat bench` share this code.
 
 #include <cstdint>
+#include <limits>
 #include <functional>
 #include <optional>
 #include <string>
@@ -87,10 +88,11 @@ struct AutoLayout {
 };
 
 /// Plans for `budget_bytes` (> 0). Offload is considered when the chain's state is on CUDA and
-/// allow_offload. Throws NoLayoutFits when nothing fits, with the smallest possible peak
-/// and what to change (the planner's explanation).
-REMAT_API AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_bytes,
-                                      bool allow_offload = true);
+/// allow_offload; blocks from `stream_from` on (block swap) are checkpointed one per segment
+/// (PlannerOptions::stream_from). Throws NoLayoutFits when nothing fits, with the smallest
+/// possible peak and what to change (the planner's explanation).
+REMAT_API AutoLayout plan_auto_layout(const StepModel& model, int64_t budget_bytes, bool allow_offload = true,
+                                      int64_t stream_from = std::numeric_limits<int64_t>::max());
 
 /// The budget when none is given: memory::available_bytes(device) (CPU: tracked bytes + the
 /// machine's MemAvailable; CUDA: free + reserved device memory).
