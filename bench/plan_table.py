@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The FLUX.1-dev LoRA planning table of docs/FIT_IN_N_GB.md: `remat plan` for each resolution and
-base precision over the budgets, one Markdown row per (budget, resolution, precision).
+base precision over the budgets, one Markdown row per (budget, resolution, precision): the blocks
+streamed, the checkpointing the options ask for, the predicted device peak, host memory and
+step-time factor.
 
 usage: bench/plan_table.py --remat build/apps/remat/remat [--rank 16] > table.md
 """
@@ -9,7 +11,7 @@ import re
 import subprocess
 import sys
 
-BUDGETS = ["8GiB", "12GiB", "16GiB", "24GiB", "40GiB", "80GiB"]
+BUDGETS = ["8GiB", "10GiB", "12GiB", "16GiB", "24GiB", "40GiB", "80GiB"]
 PRECISIONS = ["no_change", "int8-quanto", "nf4-bnb"]
 RESOLUTIONS = [512, 1024]
 
@@ -48,20 +50,27 @@ def main():
     for resolution in RESOLUTIONS:
         for precision in PRECISIONS:
             results[(resolution, precision)] = plan(a.remat, resolution, precision, a.rank)
-    print("| budget | px | base_model_precision | chosen (options) | predicted peak | host: weights / activations | step-time factor |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| budget | px | base | musubi_blocks_to_swap | checkpointing | predicted peak | host: weights / activations | step-time factor |")
+    print("| --- | --- | --- | ---: | --- | ---: | --- | ---: |")
     for budget in BUDGETS:
         shown = budget.replace("GiB", ".00 GiB")
         for resolution in RESOLUTIONS:
             for precision in PRECISIONS:
                 plans, errors = results[(resolution, precision)]
-                if shown in plans:
-                    peak, weights, activations, factor, options = plans[shown]
-                    print(f"| {budget} | {resolution} | {precision} | `{options}` | {peak} | {weights} / {activations} | {factor} |")
-                else:
+                if shown not in plans:
                     smallest = errors.get(shown, "?")
-                    print(f"| {budget} | {resolution} | {precision} | nothing fits (smallest peak {smallest}) | | | |")
-
+                    print(f"| {budget} | {resolution} | {precision} | | nothing fits (smallest peak {smallest}) | | | |")
+                    continue
+                peak, weights, activations, factor, options = plans[shown]
+                swap = re.search(r"musubi_blocks_to_swap=(\d+)", options)
+                if "gradient_checkpointing=false" in options:
+                    layout = "off (every block kept)"
+                elif "interval=auto" in options:
+                    layout = "auto" + (" + unsloth" if "unsloth" in options else "")
+                else:
+                    layout = "interval " + re.search(r"interval=(\d+)", options).group(1)
+                print(f"| {budget} | {resolution} | {precision} | {swap.group(1) if swap else 0} | {layout} | {peak} | "
+                      f"{weights} / {activations} | {factor} |")
 
 if __name__ == "__main__":
     main()
