@@ -4,9 +4,10 @@
 /// copied into a small ring of device buffers just before each use, as musubi-tuner's and
 /// SimpleTuner's block swap (`musubi_blocks_to_swap`) move whole blocks between host and GPU.
 ///
-/// A *unit* is one block's streamed tensors: its parameters and buffers that do not require grad
-/// (the base weights of a LoRA run, in any stored dtype: bf16, int8, NF4 bytes). Trainable
-/// tensors (the LoRA adapters) stay where they are. Each streamed tensor keeps its identity: the
+/// A *unit* is one block's streamed tensors: the base weights of a LoRA run (in any stored
+/// dtype: bf16, int8, NF4 bytes), or a full fine-tune's trained weights, which stream both ways:
+/// their host copy is the master the optimizer steps, and the gradients autograd computes on the
+/// device go back to it when the unit is released (Note [Weight stream]). Each streamed tensor keeps its identity: the
 /// stream swaps the tensor's storage (`set_data`), so a module sees its own parameter, pointing at
 /// the host copy while the unit is not resident and at a view of a ring slot while it is.
 ///
@@ -47,16 +48,20 @@ struct WeightStreamStats {
   /// Host-to-device copies made (units), and their bytes, since construction.
   int64_t copies = 0;
   int64_t bytes_copied = 0;
+  /// Streamed tensors that train (a full fine-tune's weights), and the gradient bytes moved from
+  /// the device to their host copies since construction.
+  int64_t trained_tensors = 0;
+  int64_t gradient_bytes_returned = 0;
 };
 
 class REMAT_API WeightStream {
  public:
-  /// Takes over `units` (each a list of tensors that do not require grad; contiguous or not; on
+  /// Takes over `units` (each a list of tensors, frozen or trained; contiguous or not; on
   /// `device` or on the host, so that a model too large for the device can be built on the host):
-  /// copies them to host memory and points them there. `device` is where they are used (the
-  /// model's device: a GPU, or the CPU, where the ring is real tracked memory and the copies
-  /// synchronous). `ring_slots` >= 2. Throws c10::ValueError for an empty unit list, a tensor
-  /// that requires grad or lives on a third device, or ring_slots < 2.
+  /// copies them (and a trained tensor's gradient) to host memory and points them there. `device`
+  /// is where they are used (the model's device: a GPU, or the CPU, where the ring is real tracked
+  /// memory and the copies synchronous). `ring_slots` >= 2. Throws c10::ValueError for an empty
+  /// unit list, a tensor on a third device, or ring_slots < 2.
   WeightStream(std::vector<std::vector<at::Tensor>> units, at::Device device, int64_t ring_slots);
   /// Points every tensor back at device memory of its own (as before construction).
   ~WeightStream();
@@ -72,7 +77,8 @@ class REMAT_API WeightStream {
   /// other groups, waits (on the compute stream) for its copy, and starts the next prefetch.
   void use(int64_t unit);
 
-  /// Releases every unit (end of a pass; before saving or changing the groups).
+  /// Releases every unit (end of a pass; before saving or changing the groups; after a backward,
+  /// before an optimizer reads trained tensors' gradients, which are then on the host).
   void release_all();
 
   /// Whether `unit` is resident now.

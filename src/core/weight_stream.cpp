@@ -14,7 +14,19 @@
 //               Ready on P;
 //   use(u):     S waits Ready; T(u) -> slot views; then load the next unit of the schedule, so
 //               its copy overlaps u's computation.
-// The host never blocks. On the CPU the copies are synchronous and the ring is tracked memory,
+// The host never blocks for frozen weights.
+//
+// Trained weights (a full fine-tune's blocks) stream both ways. Their host copy H is the master:
+// between passes T points at H, so the optimizer steps T on the host, and its state is created
+// there. The gradients autograd computes while T points at a slot are device tensors; release(v)
+// moves them into T.grad on the host (added to a gradient kept from an earlier micro-batch), so
+// the device holds a block's weight gradients only from its backward until its group is released.
+// use(u) sets a host gradient aside while T points at the slot (autograd would add the device's
+// gradient into it) and release gives it back. That copy to the host is synchronous. The training
+// step releases every unit after each backward (BlockSwap::finish_backward), before the
+// optimizer reads the gradients.
+//
+// On the CPU the copies are synchronous and the ring is tracked memory,
 // the host copies are not (untracked_host_empty): remat's tracked bytes show what a GPU would
 // hold, which is what the tests and the planner's checks measure.
 #include "remat/weight_stream.h"
@@ -59,6 +71,7 @@ struct WeightStream::State {
     std::vector<at::Tensor> tensors;  // the module's own tensors (their impls never change)
     std::vector<at::Tensor> host;     // their host copies
     std::vector<int64_t> offsets;     // byte offsets in a slot
+    std::vector<at::Tensor> held_grad;  // trained tensors' host gradients, set aside while in use
     int64_t slot = -1;                // slot holding (or receiving) the unit, or -1
     bool in_use = false;              // pointed at its slot (use() ran), not just prefetched
   };
@@ -78,6 +91,30 @@ struct WeightStream::State {
   int64_t host_bytes = 0;
   int64_t copies = 0;
   int64_t bytes_copied = 0;
+  int64_t gradient_bytes_returned = 0;
+
+  // A host tensor for what a trained tensor's gradient holds: pinned for a GPU, outside the CPU
+  // tracking on the CPU (what a GPU would not hold).
+  at::Tensor host_like(const at::Tensor& t) const {
+    return accelerator ? at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true))
+                       : untracked_host_empty(t.sizes(), t.scalar_type());
+  }
+
+  // The gradient a trained tensor got while in its slot, moved to the host (Note [Weight stream]).
+  void return_gradient(Unit& unit, size_t i) {
+    at::Tensor& t = unit.tensors[i];
+    at::Tensor held = std::move(unit.held_grad[i]);
+    unit.held_grad[i] = at::Tensor();
+    // Autograd's gradient of the slot's weights (on the CPU too: tracked memory, as a GPU's).
+    const at::Tensor device_grad = t.grad();
+    if (device_grad.defined()) {
+      at::Tensor host = host_like(device_grad);
+      host.copy_(device_grad);
+      gradient_bytes_returned += tensor_bytes(host);
+      held = held.defined() ? held.add_(host) : host;
+    }
+    t.mutable_grad() = held;
+  }
 
   at::Tensor slot_view(const Slot& slot, const at::Tensor& host, int64_t offset) const {
     return slot.buffer.narrow(0, offset, tensor_bytes(host)).view(host.scalar_type()).view(host.sizes());
@@ -87,7 +124,11 @@ struct WeightStream::State {
     Unit& unit = units[u];
     if (unit.slot < 0) return;
     Slot& slot = slots[unit.slot];
-    for (size_t i = 0; i < unit.tensors.size(); ++i) unit.tensors[i].set_data(unit.host[i]);
+    for (size_t i = 0; i < unit.tensors.size(); ++i) {
+      const bool trained = unit.tensors[i].requires_grad() && unit.in_use;
+      unit.tensors[i].set_data(unit.host[i]);
+      if (trained) return_gradient(unit, i);
+    }
     if (accelerator) {
       c10::impl::VirtualGuardImpl impl(device.type());
       if (!slot.free) slot.free.emplace(device.type());
@@ -166,10 +207,6 @@ WeightStream::WeightStream(std::vector<std::vector<at::Tensor>> units, at::Devic
     int64_t offset = 0;
     for (auto& t : units[u]) {
       if (!t.defined() || t.numel() == 0) continue;
-      if (t.requires_grad()) {
-        throw_value_error("[weight_stream] unit " + std::to_string(u) +
-                                " has a tensor that requires grad; only frozen weights are streamed");
-      }
       const bool on_device = t.device() == st.device || (t.device().type() == st.device.type() && !t.device().has_index());
       if (!on_device && !t.device().is_cpu()) {
         throw_value_error("[weight_stream] unit " + std::to_string(u) + " has a tensor on " + t.device().str() +
@@ -184,6 +221,12 @@ WeightStream::WeightStream(std::vector<std::vector<at::Tensor>> units, at::Devic
       offset += aligned(tensor_bytes(host));
       unit.tensors.push_back(t);
       unit.host.push_back(std::move(host));
+      unit.held_grad.emplace_back();
+      if (t.requires_grad() && t.grad().defined()) {  // a gradient the tensor had: to the host as well
+        at::Tensor grad = st.host_like(t.grad());
+        grad.copy_(t.grad());
+        t.mutable_grad() = grad;
+      }
     }
     st.slot_bytes = std::max(st.slot_bytes, offset);
     st.units.push_back(std::move(unit));
@@ -203,8 +246,11 @@ WeightStream::~WeightStream() {
   try {
     release_all();
     for (auto& unit : state_->units) {
-      for (size_t i = 0; i < unit.tensors.size(); ++i) unit.tensors[i].set_data(unit.host[i].to(state_->device, unit.host[i].scalar_type(),
-                                                  /*non_blocking=*/false, /*copy=*/true));
+      for (size_t i = 0; i < unit.tensors.size(); ++i) {
+        at::Tensor& t = unit.tensors[i];
+        t.set_data(unit.host[i].to(state_->device, unit.host[i].scalar_type(), /*non_blocking=*/false, /*copy=*/true));
+        if (t.grad().defined()) t.mutable_grad() = t.grad().to(state_->device, t.grad().scalar_type(), false, true);
+      }
     }
   } catch (...) {
     // A destructor must not throw; the tensors then stay on their host copies.
@@ -243,6 +289,14 @@ void WeightStream::use(int64_t u) {
   }
   State::Unit& unit = st.units[u];
   if (!unit.in_use) {
+    // A trained tensor's host gradient waits aside while autograd writes the slot's (Note [Weight stream]).
+    for (size_t i = 0; i < unit.tensors.size(); ++i) {
+      at::Tensor& t = unit.tensors[i];
+      if (t.requires_grad() && t.grad().defined()) {
+        unit.held_grad[i] = t.grad();
+        t.mutable_grad().reset();
+      }
+    }
     st.load(u);
     State::Slot& slot = st.slots[unit.slot];
     if (st.accelerator) {
@@ -283,6 +337,10 @@ WeightStreamStats WeightStream::stats() const {
   s.host_bytes = st.host_bytes;
   s.copies = st.copies;
   s.bytes_copied = st.bytes_copied;
+  s.gradient_bytes_returned = st.gradient_bytes_returned;
+  for (const auto& unit : st.units) {
+    for (const auto& t : unit.tensors) s.trained_tensors += t.requires_grad() ? 1 : 0;
+  }
   return s;
 }
 

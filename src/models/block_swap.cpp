@@ -62,9 +62,15 @@ BlockSwap::BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& bloc
   count_ = blocks_to_swap;
   first_ = depth - blocks_to_swap;
   for (int64_t b = first_; b < depth; ++b) {
+    // Every weight of the block but a LoRA's factors, which train on the device: a LoRA run's
+    // frozen base, or a full fine-tune's trained weights (streamed both ways).
     std::vector<at::Tensor> frozen;
-    for (const auto& p : blocks[b]->parameters()) {
-      if (!p.requires_grad()) frozen.push_back(p);
+    for (const auto& item : blocks[b]->named_parameters()) {
+      const std::string& name = item.key();
+      const bool lora_factor = name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos;
+      if (lora_factor && item.value().requires_grad()) continue;
+      frozen.push_back(item.value());
+      trains_weights_ = trains_weights_ || item.value().requires_grad();
     }
     for (const auto& buffer : blocks[b]->buffers()) frozen.push_back(buffer);
     // A quantised base weight is not a registered tensor: its bytes are the layer's own.
@@ -131,6 +137,10 @@ void BlockSwap::move_the_rest(torch::nn::Module& model) const {
       for (const at::Tensor* t : {&q.data, &q.scales, &q.scale_scales, &q.scale_offset}) move(*t);
     }
   }
+}
+
+void BlockSwap::finish_backward() {
+  if (trains_weights_) stream_->release_all();
 }
 
 void BlockSwap::use(int64_t global_block) {

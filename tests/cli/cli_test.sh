@@ -433,8 +433,22 @@ else
 fi
 expect 0 "(musubi_blocks_to_swap=9 clamped to the blocks less one, as SimpleTuner)" -- "$remat" train "${tiny[@]}" \
   --model_type=lora --musubi_blocks_to_swap=9 --output_dir="$work/swap-clamp" --max_train_steps=1 --checkpointing_steps=0
-expect 2 "musubi_blocks_to_swap=2 streams the frozen base weights of the last blocks, which only LoRA training has" -- \
-  "$remat" train --model_type=full --musubi_blocks_to_swap=2
+# A full fine-tune streams its trained weights both ways (gradients back to the host copies, the
+# optimizer steps them there): the same losses and the same weights, byte for byte.
+"$remat" train "${tiny[@]}" --model_type=full --seed=0 --output_dir="$work/full-off" --max_train_steps=3 \
+  --checkpointing_steps=0 > "$work/full-off.log" 2>&1 || fail "a full fine-tune without block swap"
+"$remat" train "${tiny[@]}" --model_type=full --seed=0 --musubi_blocks_to_swap=3 --output_dir="$work/full-on" \
+  --max_train_steps=3 --checkpointing_steps=0 > "$work/full-on.log" 2>&1 || fail "a full fine-tune with block swap"
+grep -q "\[train\] block swap: the last 3 blocks' weights, gradients and optimizer state" "$work/full-on.log" \
+  && echo "ok: full fine-tune block swap is logged" || fail "no block swap line in $work/full-on.log"
+full_weights() { find "$1" -name '*.safetensors' -path '*transformer*' | sort | head -1; }
+if [[ -n "$(losses "$work/full-off.log")" && "$(losses "$work/full-off.log")" == "$(losses "$work/full-on.log")" ]] &&
+   [[ -n "$(full_weights "$work/full-off")" ]] && cmp -s "$(full_weights "$work/full-off")" "$(full_weights "$work/full-on")"; then
+  echo "ok: full fine-tune block swap trains the same losses and the same weights"
+else
+  fail "full fine-tune block swap changed the run:"; losses "$work/full-off.log"; losses "$work/full-on.log"
+  ls -R "$work/full-off" | head -20
+fi
 expect 2 "musubi_block_swap_device must be one of cpu" -- "$remat" train --model_type=lora --musubi_blocks_to_swap=2 \
   --musubi_block_swap_device=cuda:0
 expect 2 "musubi_blocks_to_swap must be" -- "$remat" train --model_type=lora --musubi_blocks_to_swap=-1

@@ -146,6 +146,53 @@ TEST_F(FluxBlockSwapTest, StreamedTrainingStepsMatchTheWeightsOnTheDevice) {
   expect_bitwise(run(), plain, "swap turned off");
 }
 
+// A full fine-tune streams trained weights both ways: the same gradients as the same layout with
+// every weight on the device, and after finish_backward each streamed weight's gradient is on its
+// host copy (moved there once per backward), where the optimizer finds it.
+TEST_F(FluxBlockSwapTest, FullFineTuneStreamsWeightsAndGradientsBothWays) {
+  torch::manual_seed(0);
+  model_ = Flux(config_);
+  model_->to(torch::kFloat64);
+  model_->train();
+  const std::vector<std::pair<std::string, CheckpointPlan>> plans = {
+      {"interval 2", CheckpointPlan::simpletuner(true, 2, std::nullopt, "torch")},
+      {"per block", CheckpointPlan::simpletuner(true, std::nullopt, std::nullopt, "torch")},
+  };
+  for (const auto& [plan_name, plan] : plans) {
+    for (int64_t swap : {1, 4, 6}) {
+      const std::string label = plan_name + ", " + std::to_string(swap) + " blocks swapped";
+      const int64_t first = 7 - swap;
+      model_->set_block_swap(0);
+      model_->set_checkpoint_plan(CheckpointPlan::from_layouts(effective_layouts(plan, first)));
+      const RunResult on_device = run();
+      model_->set_checkpoint_plan(plan);
+      EXPECT_EQ(model_->set_block_swap(swap), swap);
+      const RunResult streamed = run();
+      const WeightStreamStats before = model_->block_swap()->stats();
+      ASSERT_TRUE(model_->block_swap()->trains_weights()) << label;
+      model_->block_swap()->finish_backward();
+      expect_bitwise(streamed, on_device, label);
+      // Every streamed weight's gradient crossed to the host exactly once.
+      int64_t streamed_bytes = 0;
+      for (int64_t b = first; b < 7; ++b) {
+        const std::shared_ptr<torch::nn::Module> block =
+            b < config_.num_layers
+                ? std::shared_ptr<torch::nn::Module>(model_->transformer_blocks[b].ptr())
+                : std::shared_ptr<torch::nn::Module>(model_->single_transformer_blocks[b - config_.num_layers].ptr());
+        for (const auto& p : block->parameters()) streamed_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+      }
+      const WeightStreamStats after = model_->block_swap()->stats();
+      EXPECT_EQ(after.gradient_bytes_returned, streamed_bytes) << label;
+      EXPECT_LT(before.gradient_bytes_returned, streamed_bytes) << label << ": the first group waits for finish_backward";
+      for (const auto& item : model_->named_parameters()) {
+        EXPECT_TRUE(torch::equal(item.value().grad(), on_device.param_grads.at(item.key())))
+            << label << ": gradient of " << item.key() << " after finish_backward";
+      }
+    }
+  }
+  model_->set_block_swap(0);
+}
+
 TEST_F(FluxBlockSwapTest, FeedForwardScopeAndInferenceStayExact) {
   const RunResult plain = run();
   model_->set_checkpoint_plan(CheckpointPlan::simpletuner(true, 1, std::nullopt, "torch-ffn"));

@@ -36,8 +36,10 @@ REMAT_API Layout checkpoint_kept_blocks(const Layout& layout, int64_t begin, int
 class REMAT_API BlockSwap {
  public:
   /// `blocks`: the model's blocks in run order, on `device` or on the host; `stack_sizes`: how many of them
-  /// each stack has (their sum is blocks.size()). Streams the frozen tensors (parameters and
-  /// buffers that do not require grad) of the last `blocks_to_swap` blocks (already clamped).
+  /// each stack has (their sum is blocks.size()). Streams the weights and buffers of the last
+  /// `blocks_to_swap` blocks (already clamped) but LoRA factors: a LoRA run's frozen base, or a
+  /// full fine-tune's trained weights, whose gradients come back to host memory and which the
+  /// optimizer steps there (remat/weight_stream.h).
   BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& blocks, std::vector<int64_t> stack_sizes,
             int64_t blocks_to_swap, at::Device device);
 
@@ -55,6 +57,11 @@ class REMAT_API BlockSwap {
 
   /// Makes `global_block`'s weights resident (no-op for a block that is not streamed).
   void use(int64_t global_block);
+  /// After a backward pass: with trained weights streamed, releases every block, so their
+  /// gradients are on the host before the optimizer reads them (no-op for a LoRA run).
+  void finish_backward();
+  /// Whether trained weights are streamed (a full fine-tune).
+  bool trains_weights() const { return trains_weights_; }
   /// Whether a streamed block's weights are resident now (false for a block not streamed).
   bool resident(int64_t global_block) const {
     return global_block >= first_ && stream_->resident(global_block - first_);
@@ -77,6 +84,7 @@ class REMAT_API BlockSwap {
   std::vector<int64_t> stack_sizes_;
   int64_t first_ = 0;
   int64_t count_ = 0;
+  bool trains_weights_ = false;
   at::Device device_;
   std::unique_ptr<WeightStream> stream_;
 };

@@ -152,6 +152,7 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
   int64_t set_block_swap(int64_t blocks_to_swap, std::optional<at::Device> device = std::nullopt);
   /// The block swap in effect, or null.
   const BlockSwap* block_swap() const { return block_swap_.get(); }
+  BlockSwap* block_swap() { return block_swap_.get(); }
 
   /// Called by forward() with the blocks' input state {txt (1, ΣT, D), img (1, ΣL, D)} (stage
   /// "blocks_begin") and with {img} after the last block ("blocks_end"); see StageObserver.

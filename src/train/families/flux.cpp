@@ -166,6 +166,7 @@ class FluxTransformer final : public Transformer {
     return model_->set_block_swap(blocks_to_swap, device);
   }
   const models::BlockSwap* block_swap() const override { return model_->block_swap(); }
+  models::BlockSwap* block_swap() override { return model_->block_swap(); }
 
   std::unique_ptr<sample::Denoiser> denoiser(const sample::FlowMatchSchedulerConfig& scheduler) override {
     return sample::flux_denoiser(*model_, scheduler);

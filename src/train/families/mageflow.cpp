@@ -120,6 +120,7 @@ class MageFlowTransformer final : public Transformer {
     return model_->set_block_swap(blocks_to_swap, device);
   }
   const models::BlockSwap* block_swap() const override { return model_->block_swap(); }
+  models::BlockSwap* block_swap() override { return model_->block_swap(); }
 
   struct Packed {
     at::Tensor x0, txt, img_cu, txt_cu;  // x0 (1, B*H*W, C), txt (1, B*L, D)

@@ -39,8 +39,11 @@ std::string describe(const MemoryDemand& d) {
   }
   if (d.ema_bytes > 0) out += ", EMA weights " + memory::format_bytes(d.ema_bytes);
   if (d.swapped_weight_bytes > 0) {
-    out += "; block swap: " + memory::format_bytes(d.swapped_weight_bytes) + " of weights in host memory, a ring of " +
-           memory::format_bytes(d.swap_ring_bytes) + " on the device";
+    out += "; block swap: " + memory::format_bytes(d.swapped_weight_bytes) + " of weights" +
+           (d.swapped_training_bytes > 0 ? " and " + memory::format_bytes(d.swapped_training_bytes) +
+                                               " of their gradients and AdamW state"
+                                         : std::string()) +
+           " in host memory, a ring of " + memory::format_bytes(d.swap_ring_bytes) + " on the device";
   }
   return out + ")";
 }
@@ -99,6 +102,14 @@ void add_block_swap(MemoryDemand& d, const std::vector<models::LinearShape>& lay
   }
   d.swap_ring_bytes = largest * use.swap_ring_slots;
   d.weight_bytes += d.swap_ring_bytes - d.swapped_weight_bytes;
+  if (use.training && use.lora_rank == 0) {
+    // A full fine-tune's streamed blocks keep their gradients and optimizer state on the host; the
+    // device holds one group's gradients from its backward until it is released.
+    const int64_t swapped_parameters = d.swapped_weight_bytes / use.weight_element_bytes;
+    d.swapped_training_bytes = swapped_parameters * (4 + 8);
+    d.gradient_bytes -= swapped_parameters * 4 - largest / use.weight_element_bytes * 4;
+    d.optimizer_bytes -= swapped_parameters * 8;
+  }
 }
 
 }  // namespace
@@ -141,12 +152,12 @@ std::optional<MemoryDemand> predict_model_memory(const TransformerSpec& spec, co
       d.dequantized_transient_bytes = std::max(d.dequantized_transient_bytes, dequantized_bytes(elements, use.weight_element_bytes));
     }
   }
-  if (use.blocks_to_swap > 0 && family.linear_layers && !family.checkpointing.block_stack_modules.empty()) {
-    add_block_swap(d, family.linear_layers(resolved), family.checkpointing.block_stack_modules, use);
-  }
   d.gradient_bytes = d.trainable * 4;
   d.optimizer_bytes = d.trainable * 8;
   d.ema_bytes = use.ema ? d.trainable * 4 : 0;
+  if (use.blocks_to_swap > 0 && family.linear_layers && !family.checkpointing.block_stack_modules.empty()) {
+    add_block_swap(d, family.linear_layers(resolved), family.checkpointing.block_stack_modules, use);
+  }
   if (use.zero_stage == 1 && use.world_size > 1 && use.training && use.lora_rank == 0) {
     // The assignment ZeroRedundancyOptimizer makes, over the tensors the config names: the Linear
     // weights in registration order, then everything else (biases, norms) as one tensor.

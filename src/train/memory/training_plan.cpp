@@ -199,8 +199,20 @@ int64_t largest_trainable_bytes(const TransformerSpec& spec, const TrainingPlanR
 Chain chain_with_swap(const StepMemoryModel& model, const TrainingPlanRequest& request, int64_t swapped) {
   Chain chain = model.chain;
   const MemoryDemand with = demand_of(request.spec, request, swapped), without = demand_of(request.spec, request, 0);
-  chain.fixed_bytes -= without.weight_bytes - with.weight_bytes;
-  chain.fixed_peak_bytes -= without.weight_bytes - with.weight_bytes;
+  // Weights (and a full fine-tune's optimizer state) of the streamed blocks leave the step's fixed
+  // bytes, which hold no gradients (the blocks' own count them); the fixed peak (after the
+  // backward, the optimizer step) loses their gradients too.
+  chain.fixed_bytes -= (without.weight_bytes + without.optimizer_bytes) - (with.weight_bytes + with.optimizer_bytes);
+  chain.fixed_peak_bytes -= without.total() - with.total();
+  // A streamed block's weight gradients leave the device when its group is released: from its
+  // backward to the end of the next block's, counted as part of its backward peak.
+  const int64_t n = chain.num_blocks();
+  for (int64_t b = n - swapped; b < n; ++b) {
+    BlockCost& block = chain.blocks[static_cast<size_t>(b)];
+    if (!with.swapped_training_bytes) break;
+    if (b > 0) chain.blocks[static_cast<size_t>(b - 1)].backward_peak_bytes += block.parameter_grad_bytes;
+    block.parameter_grad_bytes = 0;
+  }
   return chain;
 }
 
@@ -433,14 +445,12 @@ TrainingPlan plan_training(const StepMemoryModel& model, const TrainingPlanReque
                     request.budget_bytes);
   const int64_t n = model.chain.num_blocks();
   // Swap counts to try: the user's (clamped as SimpleTuner's MusubiBlockSwapManager.build does),
-  // or every count for a LoRA run; a full fine-tune streams none.
+  // or every count.
   std::vector<int64_t> counts;
   if (request.blocks_to_swap) {
     counts.push_back(std::min(*request.blocks_to_swap, n - 1));
-  } else if (request.lora_rank > 0) {
-    for (int64_t k = 0; k < n; ++k) counts.push_back(k);
   } else {
-    counts.push_back(0);
+    for (int64_t k = 0; k < n; ++k) counts.push_back(k);
   }
 
   TrainingPlan best, smallest;
@@ -465,6 +475,11 @@ TrainingPlan plan_training(const StepMemoryModel& model, const TrainingPlanReque
       plan.ring_bytes = demand.swap_ring_bytes;
       plan.host_activation_bytes = offloaded_bytes(chain, result.layout);
       plan.exposed_copy_s = exposed_copy_seconds(model, request, swapped);
+      // A full fine-tune's streamed gradients go back synchronously (float32, the weights' size);
+      // the optimizer's step on the host is not modelled.
+      if (demand.swapped_training_bytes > 0) {
+        plan.exposed_copy_s += static_cast<double>(demand.swapped_weight_bytes) / request.host_bandwidth;
+      }
       plan.step_s = result.prediction.step_s + plan.exposed_copy_s;
       plan.reference_step_s = reference;
       const bool host_fits = !request.host_budget_bytes ||

@@ -263,20 +263,19 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
     out.push_back(std::move(d));
     config.base_model_precision = "no_change";  // reported once, not again as a dependency
   }
-  // Block swap streams the frozen base weights, which only a LoRA run has; remat streams no
-  // trained weights (SimpleTuner's MusubiBlockSwapManager moves trainable blocks too).
+  // Block swap streams a LoRA run's frozen base, or a full fine-tune's trained weights both ways
+  // (SimpleTuner's MusubiBlockSwapManager moves trainable blocks too).
   if (config.musubi_blocks_to_swap > 0 && !refused.count("musubi_blocks_to_swap")) {
     const std::string value = std::to_string(config.musubi_blocks_to_swap);
-    if (config.model_type != "lora") {
-      error("musubi_blocks_to_swap", value,
-            "[train] musubi_blocks_to_swap=" + value + " streams the frozen base weights of the last blocks, "
-            "which only LoRA training has: model_type=" + config.model_type +
-            " trains those weights, and remat streams no trained weights. Use model_type=lora with it, "
-            "or musubi_blocks_to_swap=0");
-    } else if (family != nullptr && !family->checkpointing.block_swap) {
+    if (family != nullptr && !family->checkpointing.block_swap) {
       error("musubi_blocks_to_swap", value,
             "[train] musubi_blocks_to_swap is not supported for model_family " + config.model_family +
                 ", got " + value + "; use 0");
+    } else if (config.model_type != "lora" && config.deepspeed_config) {
+      error("musubi_blocks_to_swap", value,
+            "[train] musubi_blocks_to_swap=" + value + " with model_type=" + config.model_type +
+                " keeps the streamed blocks' weights, gradients and optimizer state in host memory, which "
+                "ZeRO's sharded optimizer (deepspeed_config) does not know; use one of the two");
     }
   }
 

@@ -42,12 +42,14 @@ at::Tensor clip_grad_norm(const std::vector<at::Tensor>& parameters, double max_
   for (const auto& p : parameters) {
     if (!p.grad().defined()) continue;
     grads.push_back(p.grad());
-    norms.push_back(p.grad().data().norm(2.0));
+    // On the first gradient's device: streamed trained weights have theirs on the host.
+    const at::Tensor norm = p.grad().data().norm(2.0);
+    norms.push_back(norms.empty() ? norm : norm.to(norms.front().device()));
   }
   if (norms.empty()) return {};
   at::Tensor total = norms.size() == 1 ? norms[0] : at::stack(norms).norm(2.0);
   const at::Tensor coefficient = at::clamp(max_norm / (total + 1e-6), c10::nullopt, 1.0);
-  for (auto& g : grads) g.data().mul_(coefficient);
+  for (auto& g : grads) g.data().mul_(coefficient.device() == g.device() ? coefficient : coefficient.to(g.device()));
   return total;
 }
 
@@ -92,6 +94,8 @@ std::vector<at::Tensor> TrainingStep::forward_backward(const std::vector<Batch>&
     const at::Tensor scaled = micro_batches.size() == 1 ? loss : loss / n;
     if (sync_) sync_->before_backward(scaled, last);
     scaled.backward();
+    // Streamed trained weights' gradients go to the host copies the optimizer steps.
+    if (models::BlockSwap* swap = model_.block_swap()) swap->finish_backward();
     if (sync_) sync_->after_backward(last);
     // A copy of the value alone: the loss may share a larger reduction buffer (16 KiB on CPU),
     // which would otherwise stay alive through the optimizer step.

@@ -338,7 +338,9 @@ void Trainer::setup() {
   if (config_.musubi_blocks_to_swap > 0) {
     const int64_t swapped = model_->set_block_swap(config_.musubi_blocks_to_swap, device_);
     const WeightStreamStats s = model_->block_swap()->stats();
-    hooks_.log("[train] block swap: the last " + std::to_string(swapped) + " blocks' frozen weights (" +
+    const bool trained = model_->block_swap()->trains_weights();
+    hooks_.log("[train] block swap: the last " + std::to_string(swapped) + " blocks' " +
+               (trained ? "weights, gradients and optimizer state (weights " : "frozen weights (") +
                memory::format_bytes(s.host_bytes) + ") live in host memory, streamed through a ring of " +
                std::to_string(s.ring_slots) + " x " + memory::format_bytes(s.slot_bytes) + " on " + device_.str() +
                (swapped < config_.musubi_blocks_to_swap

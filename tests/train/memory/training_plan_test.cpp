@@ -129,6 +129,29 @@ int64_t measured_step_peak(const TrainingPlanRequest& request, const TrainingPla
 // The planner swaps blocks only when the weights leave no room, never keeps a streamed block,
 // and its predicted peak is what a step of its plan takes, within 5 % (tracked CPU bytes: the
 // streamed weights' host copies are outside the count, the ring inside, as a GPU would hold).
+// A full fine-tune streams too: its weights, gradients and optimizer state leave the device.
+TEST(TrainingPlan, AFullFineTuneStreamsWhenItsWeightsDoNotFit) {
+  TrainingPlanRequest request = wide_request(0, "no_change", /*bf16=*/false);
+  const StepMemoryModel model = build_step_memory_model(request);
+  TrainingPlanRequest no_swap = request;
+  no_swap.blocks_to_swap = 0;
+  no_swap.budget_bytes = 1;
+  const int64_t smallest_unstreamed = plan_training(model, no_swap).smallest_peak_bytes;
+  request.budget_bytes = smallest_unstreamed * 3 / 4;
+  const TrainingPlan plan = plan_training(model, request);
+  ASSERT_TRUE(plan.fits) << "budget " << request.budget_bytes;
+  EXPECT_GT(plan.blocks_to_swap, 0);
+  EXPECT_LE(plan.peak_bytes, request.budget_bytes);
+  ModelUse use;
+  use.training = true;
+  use.blocks_to_swap = plan.blocks_to_swap;
+  const auto demand = predict_model_memory(request.spec, use);
+  ASSERT_TRUE(demand.has_value());
+  // Weights (4 bytes), float32 gradients (4) and AdamW's two moments (8) of the streamed blocks.
+  EXPECT_EQ(demand->swapped_training_bytes, demand->swapped_weight_bytes * 3);
+  EXPECT_EQ(plan.host_weight_bytes, demand->swapped_weight_bytes);
+}
+
 TEST(TrainingPlan, PredictedPeakIsTheTrackedPeakOfThePlannedSteps) {
   TrainingPlanRequest request = wide_request(4, "no_change", /*bf16=*/false);
   const StepMemoryModel model = build_step_memory_model(request);

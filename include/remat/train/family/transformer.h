@@ -80,6 +80,7 @@ class REMAT_API Transformer {
   virtual int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device);
   /// The block swap in effect, or null.
   virtual const models::BlockSwap* block_swap() const { return nullptr; }
+  virtual models::BlockSwap* block_swap() { return nullptr; }
 
   /// Enables LoRA on one of the family's target presets (ModelFamily::lora_target_presets);
   /// returns the wrapped module names.

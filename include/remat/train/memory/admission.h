@@ -84,6 +84,10 @@ struct MemoryDemand {
   /// weight_bytes), and the device ring that streams them (in weight_bytes).
   int64_t swapped_weight_bytes = 0;
   int64_t swap_ring_bytes = 0;
+  /// A full fine-tune's streamed blocks: their float32 gradients and AdamW state, in host memory
+  /// (not in gradient_bytes / optimizer_bytes, which keep one block's gradients for the time
+  /// between its backward and its release).
+  int64_t swapped_training_bytes = 0;
   int64_t total() const {
     return weight_bytes + dequantized_transient_bytes + gradient_bytes + optimizer_bytes + broadcast_bytes + ema_bytes;
   }

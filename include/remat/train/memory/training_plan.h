@@ -49,7 +49,7 @@ struct TrainingPlanRequest {
   /// Host bytes the streamed weights and offloaded activations may take; unset: no limit.
   std::optional<int64_t> host_budget_bytes;
   /// Set: musubi_blocks_to_swap as the user gave it (clamped to the blocks less one); unset: the
-  /// planner chooses (LoRA only: a full fine-tune streams no weights).
+  /// planner chooses (a full fine-tune streams weights, gradients and optimizer state).
   std::optional<int64_t> blocks_to_swap;
   /// Whether activations may be offloaded to host memory (gradient_checkpointing_backend unsloth).
   bool allow_offload = true;
@@ -138,8 +138,8 @@ struct TrainingPlan {
 };
 
 /// The fastest plan whose predicted peak fits request.budget_bytes (and whose host bytes fit
-/// host_budget_bytes): over every block-swap count allowed (all when the request leaves it unset
-/// and the run is LoRA, else the one given), the exact budget planner (remat/plan.h) with
+/// host_budget_bytes): over every block-swap count allowed (all when the request leaves it unset,
+/// else the one given), the exact budget planner (remat/plan.h) with
 /// streamed blocks checkpointed one per segment. When nothing fits, `fits` is false and the
 /// plan is the one with the smallest peak.
 REMAT_API TrainingPlan plan_training(const StepMemoryModel& model, const TrainingPlanRequest& request);
