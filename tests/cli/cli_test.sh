@@ -449,6 +449,8 @@ else
   fail "full fine-tune block swap changed the run:"; losses "$work/full-off.log"; losses "$work/full-on.log"
   ls -R "$work/full-off" | head -20
 fi
+expect 2 "ema_device=accelerator would average them on the device" -- "$remat" train --model_type=full \
+  --musubi_blocks_to_swap=2 --use_ema=true --ema_device=accelerator
 expect 2 "musubi_block_swap_device must be one of cpu" -- "$remat" train --model_type=lora --musubi_blocks_to_swap=2 \
   --musubi_block_swap_device=cuda:0
 expect 2 "musubi_blocks_to_swap must be" -- "$remat" train --model_type=lora --musubi_blocks_to_swap=-1

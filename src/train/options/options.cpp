@@ -395,7 +395,7 @@ std::vector<OptionSpec> build_registry() {
   // training.py) puts these in "memory_optimization"; its MusubiBlockSwapManager.build
   // (helpers/musubi_block_swap.py) swaps the last N of all blocks and clamps N to the blocks less one.
   add(Opt(kOffload, "musubi_blocks_to_swap", T::Int, bind_field(&C::musubi_blocks_to_swap),
-          "Keep the frozen weights of the last N transformer blocks in host memory and stream them "
+          "Keep the weights of the last N transformer blocks in host memory and stream them "
           "to the device for each use (0: off)")
       .min(0).max(kMaxBlocks)
       .tooltip("Block swap, as musubi-tuner and SimpleTuner do it: the weights of the last N blocks "
@@ -404,9 +404,11 @@ std::vector<OptionSpec> build_registry() {
                "and again ahead of its recomputation in backward. Device memory drops by their size "
                "less the ring (the largest checkpointed chunk of swapped blocks plus one block); "
                "each step copies them twice over PCIe. Swapped blocks are always recomputed in "
-               "backward (a block the checkpoint layout keeps becomes a checkpoint of its own). LoRA "
-               "only: the base weights are what is streamed. N above the number of blocks less one "
-               "is clamped to it."));
+               "backward (a block the checkpoint layout keeps becomes a checkpoint of its own). A "
+               "LoRA run streams the frozen base; a full fine-tune streams its trained weights both "
+               "ways: their gradients go back to host memory, where the optimizer steps them and "
+               "keeps their state. N above the number of blocks less one is clamped to it. "
+               "`remat plan` chooses N for a memory budget."));
   add(Opt(kOffload, "musubi_block_swap_device", T::Choice, bind_field(&C::musubi_block_swap_device),
           "Where the swapped blocks' weights are kept")
       .choices({"cpu"})

@@ -276,6 +276,12 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
             "[train] musubi_blocks_to_swap=" + value + " with model_type=" + config.model_type +
                 " keeps the streamed blocks' weights, gradients and optimizer state in host memory, which "
                 "ZeRO's sharded optimizer (deepspeed_config) does not know; use one of the two");
+    } else if (config.model_type != "lora" && config.use_ema && config.ema_device == "accelerator" &&
+               !config.ema_cpu_only) {
+      error("musubi_blocks_to_swap", value,
+            "[train] musubi_blocks_to_swap=" + value + " with model_type=" + config.model_type +
+                " keeps the streamed blocks' trained weights in host memory, and ema_device=accelerator "
+                "would average them on the device; use ema_device=cpu with it, or musubi_blocks_to_swap=0");
     }
   }
 
