@@ -15,11 +15,17 @@
 #   with base_model_precision no_change, int8-quanto and nf4-bnb: step time (median) and peak
 #   device memory (the caching allocator's), measured and predicted.
 #
+# Then `remat plan` on the same block stack (LoRA, int8 base, 512 px) for PLAN_BUDGETS: its
+# predicted peak, and the measured peak and step time of `remat train` with the options it prints
+# and with a SimpleTuner-style setting (per-block checkpointing, half the blocks swapped).
+#
 # Results: gpu_check.log (everything printed), version.txt (remat --version), ctest_gpu.txt,
-# bench-<model>-<px>.{txt,json,csv,svg}, summary.md (one table of every bench run).
+# bench-<model>-<px>.{txt,json,csv,svg}, summary.md (one table of every bench run), plans.md and
+# plan-*.txt / plan-run-*.log.
 #
 # env: PYTHON (the interpreter whose torch to build against; default python3), JOBS (default 16),
-#      BUILD_DIR (default <source>/build-gpu), STEPS (default 3), AUTO_BUDGET (default 12GiB)
+#      BUILD_DIR (default <source>/build-gpu), STEPS (default 3), AUTO_BUDGET (default 12GiB),
+#      PLAN_BUDGETS (default "8GiB 5GiB"), PLAN_DEVICE (default cuda), PLAN_CONFIG (default: the stack)
 set -euo pipefail
 
 SOURCE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -99,6 +105,47 @@ for px in 512 1024; do
   bench flux-small "$px" --model_flavour flux-small
   bench flux1-block-stack "$px" --pretrained_transformer_config "$STACK"
 done
+
+echo "== plans: remat plan's choice against a SimpleTuner-style setting at the same budget"
+# The full-width block stack, LoRA rank 16 on an int8 base, 512 px (1024 image + 512 text
+# tokens), on random weights and demo data of FLUX.1-dev's widths. Per budget: what `remat plan`
+# predicts, then `remat train` with the options it prints and with SimpleTuner's usual setting for
+# a small card (per-block checkpointing, half the blocks swapped), each measured for STEPS steps.
+PLAN_DATA="$RESULTS/plan-data"
+"$REMAT" make-demo-data --output "$PLAN_DATA" --samples 4 --size 64 --text_tokens 512 --joint_dim 4096 \
+  --pooled_dim 768 > /dev/null
+plan_common=(--model_family flux --pretrained_transformer_config "${PLAN_CONFIG:-$STACK}" --pretrained_model_name_or_path random
+             --model_type lora --lora_rank 16 --resolution 512 --tokenizer_max_length 512 --train_batch_size 1
+             --mixed_precision bf16 --base_model_precision int8-quanto --device "${PLAN_DEVICE:-cuda}")
+measured() {  # measured <name> <options...>: "peak | median step" of a short run
+  local name=$1
+  shift
+  # shellcheck disable=SC2068  # the options are separate words
+  "$REMAT" train "${plan_common[@]}" --instance_data_dir "$PLAN_DATA" --seed 0 --max_train_steps "$STEPS" \
+    --checkpointing_steps 0 --report_every 1 --output_dir "$RESULTS/plan-run-$name" $@ > "$RESULTS/plan-run-$name.log" 2>&1 \
+    || { echo "failed (plan-run-$name.log) | "; return; }
+  sed -n 's/.*median step \([^,]*\), peak memory \(.*\)$/\2 | \1/p' "$RESULTS/plan-run-$name.log" | tail -1
+}
+{
+  echo "| budget | setting | options | predicted peak | measured peak | median step |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+  for budget in ${PLAN_BUDGETS:-8GiB 5GiB}; do
+    out=$("$REMAT" plan "${plan_common[@]}" --budget "$budget" 2>"$RESULTS/plan-$budget.err") || true
+    echo "$out" > "$RESULTS/plan-$budget.txt"
+    predicted=$(echo "$out" | sed -n 's/^predicted device peak: \(.*\) of .*/\1/p')
+    options=$(echo "$out" | sed -n 's/^options: //p')
+    if [[ -z "$options" ]]; then
+      echo "| $budget | remat plan | $(tail -1 "$RESULTS/plan-$budget.err") | | | |"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    echo "| $budget | remat plan | \`$options\` | $predicted | $(measured "plan-$budget" $options) |"
+    st="--gradient_checkpointing_interval=1 --musubi_blocks_to_swap=3"
+    # shellcheck disable=SC2086
+    echo "| $budget | SimpleTuner-style | \`$st\` | | $(measured "st-$budget" $st) |"
+  done
+} | tee "$RESULTS/plans.md"
+echo "plans done after $(elapsed)"
 
 echo "== summary"
 {

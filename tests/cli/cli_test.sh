@@ -449,6 +449,15 @@ else
   fail "full fine-tune block swap changed the run:"; losses "$work/full-off.log"; losses "$work/full-on.log"
   ls -R "$work/full-off" | head -20
 fi
+# The same with the planner's layout (interval auto; streamed blocks one per checkpoint) and interval 2.
+for ckpt in auto 2; do
+  "$remat" train "${tiny[@]}" --model_type=full --seed=0 --musubi_blocks_to_swap=2 --gradient_checkpointing_interval=$ckpt \
+    --gradient_checkpointing_memory_budget=1GiB --output_dir="$work/full-$ckpt" --max_train_steps=3 --checkpointing_steps=0 \
+    > "$work/full-$ckpt.log" 2>&1 || fail "a full fine-tune with block swap and interval $ckpt"
+  cmp -s "$(full_weights "$work/full-off")" "$(full_weights "$work/full-$ckpt")" \
+    && echo "ok: full fine-tune, block swap, interval $ckpt: the same weights" \
+    || fail "full fine-tune, block swap, interval $ckpt trained other weights"
+done
 expect 2 "ema_device=accelerator would average them on the device" -- "$remat" train --model_type=full \
   --musubi_blocks_to_swap=2 --use_ema=true --ema_device=accelerator
 expect 2 "musubi_block_swap_device must be one of cpu" -- "$remat" train --model_type=lora --musubi_blocks_to_swap=2 \

@@ -131,7 +131,11 @@ int run_plan(const std::vector<std::string>& given) {
                "(docs/FIT_IN_N_GB.md)\n";
   const train::StepMemoryModel model = train::build_step_memory_model(request);
 
-  std::cout << "remat plan: " << config.model_family << " " << config.model_flavour << ", "
+  // A config.json given as a path is named; the flavour's shapes otherwise.
+  const std::string model_name = request.spec.config_json
+                                     ? config.model_family + " (the model of " + *request.spec.config_json + ")"
+                                     : config.model_family + " " + config.model_flavour;
+  std::cout << "remat plan: " << model_name << ", "
             << (request.lora_rank > 0 ? "LoRA rank " + std::to_string(request.lora_rank) + " (" + request.lora_target + ")"
                                       : std::string("full fine-tune"))
             << ", base_model_precision " << config.base_model_precision << ", batch " << request.batch << ", "

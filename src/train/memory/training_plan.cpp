@@ -51,6 +51,7 @@
 #include "remat/models/lora.h"
 #include "remat/models/quantization.h"
 #include "remat/train/family/family.h"
+#include "remat/train/family/hub_models.h"
 #include "remat/train/family/model_source.h"
 #include "remat/train/memory/admission.h"
 #include "remat/train/memory/auto_layout.h"
@@ -71,7 +72,7 @@ int64_t bytes_of(const std::vector<at::Tensor>& tensors) {
 // One proxy's profile and what it holds besides activations.
 struct ProxyProfile {
   StepModel step;
-  int64_t weight_bytes = 0;      // every parameter and buffer
+  int64_t weight_bytes = 0;      // as admission counts them (predict_model_memory)
   int64_t trainable_bytes = 0;   // float32 parameters that train (their gradients' size)
   std::vector<int64_t> block_trainable_bytes;  // per chain block
 };
@@ -322,11 +323,19 @@ TrainingPlanRequest plan_request_of(const TrainConfig& config, int64_t budget_by
   TrainingPlanRequest r;
   r.spec.family = config.model_family;
   r.spec.flavour = config.model_flavour;
+  // The model's shapes as training reads them: a hub id from the local cache, a folder or a
+  // config.json; when the model files are not on this machine, pretrained_transformer_config or
+  // the flavour's shapes stand in (plan_request_of's caller says which: TrainingPlanRequest::spec).
+  TrainConfig resolved = config;
   try {
-    // A user's own model folder or config.json, when it is on this machine.
-    r.spec.config_json = resolve_model_source(config).config_json;
+    resolve_hub_models(resolved);
   } catch (const std::exception&) {
-    // Not readable here: the flavour's shapes stand in for it.
+    resolved = config;
+  }
+  try {
+    r.spec.config_json = resolve_model_source(resolved).config_json;
+  } catch (const std::exception&) {
+    r.spec.config_json = config.pretrained_transformer_config;
   }
   r.spec.base_precision = base_precision_of(config);
   if (config.model_type == "lora") {
@@ -505,7 +514,13 @@ TrainingPlan plan_training(const StepMemoryModel& model, const TrainingPlanReque
   out.options = options_of(out, request);
   if (!have_best) {
     out.smallest_peak_bytes = smallest.smallest_peak_bytes;
-    out.smallest_with = "the layout " + describe_layout(out.layout) +
+    std::string layout;
+    for (const auto& g : out.groups) {
+      layout += (layout.empty() ? "" : " ") + std::string(block_mode_name(g.mode)) + "[" + std::to_string(g.first) +
+                (g.last > g.first ? "-" + std::to_string(g.last) : "") +
+                (g.mode != BlockMode::Keep && g.blocks_per_segment > 1 ? ", " + std::to_string(g.blocks_per_segment) + " per checkpoint" : "") + "]";
+    }
+    out.smallest_with = "the layout " + layout +
                         (out.blocks_to_swap > 0 ? " and musubi_blocks_to_swap " + std::to_string(out.blocks_to_swap) : "");
   }
   return out;
