@@ -472,6 +472,7 @@ plan=(--model_family flux --model_flavour flux-tiny --model_type lora --lora_ran
 expect 0 "predicted device peak:" -- "$remat" plan "${plan[@]}" --budget 1GiB
 expect 0 "usage: remat plan" -- "$remat" plan --help
 expect 2 "nothing fits in 1.00 KiB: the smallest predicted device peak is" -- "$remat" plan "${plan[@]}" --budget 1KiB
+expect 2 "or quantise the base (base_model_precision int8-quanto or nf4-bnb)" -- "$remat" plan "${plan[@]}" --budget 1KiB
 expect 2 "--budget is required" -- "$remat" plan "${plan[@]}"
 expect 2 "--budget must be more than 0 bytes, got '0'" -- "$remat" plan "${plan[@]}" --budget 0
 expect 2 "--budget must be a byte size" -- "$remat" plan "${plan[@]}" --budget lots

@@ -109,6 +109,16 @@ PlanFlags take_plan_flags(std::vector<std::string>& args) {
   return flags;
 }
 
+// What the options could change when no plan fits: the shapes always; then a LoRA instead of
+// a full fine-tune, or a smaller base than the one given.
+std::string what_else_fits(const train::TrainConfig& config) {
+  std::string out = "lower the resolution or the batch size";
+  if (config.model_type != "lora") return out + ", or train a LoRA (model_type lora) on a quantised base";
+  if (config.base_model_precision == "no_change") return out + ", or quantise the base (base_model_precision int8-quanto or nf4-bnb)";
+  if (config.base_model_precision != "nf4-bnb") return out + ", or store the base in NF4 (base_model_precision nf4-bnb)";
+  return out;
+}
+
 int run_plan(const std::vector<std::string>& given) {
   for (const auto& a : given) {
     if (a == "--help" || a == "-h") {
@@ -150,9 +160,7 @@ int run_plan(const std::vector<std::string>& given) {
       std::cerr << "remat plan: error: nothing fits in " << memory::format_bytes(budget)
                 << (flags.host_budget ? " (host " + memory::format_bytes(*flags.host_budget) + ")" : "")
                 << ": the smallest predicted device peak is " << memory::format_bytes(plan.smallest_peak_bytes)
-                << ", with " << plan.smallest_with
-                << "; lower the resolution or batch size, quantise the base (base_model_precision int8-quanto "
-                   "or nf4-bnb), or train LoRA\n";
+                << ", with " << plan.smallest_with << "; " << what_else_fits(config) << "\n";
       ++failed;
       continue;
     }
