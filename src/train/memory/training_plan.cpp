@@ -205,14 +205,13 @@ Chain chain_with_swap(const StepMemoryModel& model, const TrainingPlanRequest& r
   // backward, the optimizer step) loses their gradients too.
   chain.fixed_bytes -= (without.weight_bytes + without.optimizer_bytes) - (with.weight_bytes + with.optimizer_bytes);
   chain.fixed_peak_bytes -= without.total() - with.total();
-  // A streamed block's weight gradients leave the device when its group is released: from its
-  // backward to the end of the next block's, counted as part of its backward peak.
-  const int64_t n = chain.num_blocks();
-  for (int64_t b = n - swapped; b < n; ++b) {
-    BlockCost& block = chain.blocks[static_cast<size_t>(b)];
-    if (!with.swapped_training_bytes) break;
-    if (b > 0) chain.blocks[static_cast<size_t>(b - 1)].backward_peak_bytes += block.parameter_grad_bytes;
-    block.parameter_grad_bytes = 0;
+  // A full fine-tune's streamed block's weight gradients leave the device when the backward uses
+  // the block before it (its release): their creation stays in its own backward peak, and they
+  // are not live for the rest of the step.
+  if (with.swapped_training_bytes > 0) {
+    for (int64_t b = chain.num_blocks() - swapped; b < chain.num_blocks(); ++b) {
+      chain.blocks[static_cast<size_t>(b)].parameter_grad_bytes = 0;
+    }
   }
   return chain;
 }

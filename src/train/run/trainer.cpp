@@ -339,6 +339,15 @@ void Trainer::setup() {
     const int64_t swapped = model_->set_block_swap(config_.musubi_blocks_to_swap, device_);
     const WeightStreamStats s = model_->block_swap()->stats();
     const bool trained = model_->block_swap()->trains_weights();
+    if (trained && env_.world_size > 1) {
+      // Data parallel's reducer keeps gradients as views into its buckets on the device; streamed
+      // trained weights move theirs to the host.
+      throw ValidationError("musubi_blocks_to_swap", std::to_string(config_.musubi_blocks_to_swap),
+                            "[train] musubi_blocks_to_swap with model_type=" + config_.model_type +
+                                " streams trained weights and their gradients to host memory, which data "
+                                "parallel training (WORLD_SIZE " + std::to_string(env_.world_size) +
+                                ") does not support; use model_type=lora, one process, or musubi_blocks_to_swap=0");
+    }
     hooks_.log("[train] block swap: the last " + std::to_string(swapped) + " blocks' " +
                (trained ? "weights, gradients and optimizer state (weights " : "frozen weights (") +
                memory::format_bytes(s.host_bytes) + ") live in host memory, streamed through a ring of " +
