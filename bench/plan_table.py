@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The FLUX.1-dev LoRA planning table of docs/FIT_IN_N_GB.md: `remat plan` for each resolution and
 base precision over the budgets, one Markdown row per (budget, resolution, precision): the blocks
-streamed, the checkpointing the options ask for, the predicted device peak, host memory and
+streamed, the checkpointing the options ask for (with the attention offload when the plan takes
+it), the predicted device peak, host memory and
 step-time factor.
 
 usage: bench/plan_table.py --remat build/apps/remat/remat [--rank 16] > table.md
@@ -69,6 +70,8 @@ def main():
                     layout = "auto" + (" + unsloth" if "unsloth" in options else "")
                 else:
                     layout = "interval " + re.search(r"interval=(\d+)", options).group(1)
+                if "offload_attention=true" in options:
+                    layout += " + attention offload"
                 print(f"| {budget} | {resolution} | {precision} | {swap.group(1) if swap else 0} | {layout} | {peak} | "
                       f"{weights} / {activations} | {factor} |")
 

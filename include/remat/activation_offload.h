@@ -17,8 +17,10 @@
 /// show what a GPU would hold (as remat/weight_stream.h does); on CPU this saves nothing real.
 ///
 /// Prefetch is a static schedule, not learned at run time: backward runs blocks in reverse order,
-/// so when backward first unpacks a tensor of one scope, the tensors of the scope opened before it
-/// on the same thread start their copy back (one scope ahead, on the copy stream).
+/// so when backward first unpacks a tensor of one scope, the tensors of the last scope before it
+/// on the same thread that offloaded anything start their copy back (one offloading scope ahead,
+/// on the copy stream). Scopes opened while a checkpoint recomputes bring theirs back just in
+/// time: the scope backward needs next has not been recomputed yet.
 ///
 /// The hooks are LibTorch's SavedVariableHooks. LibTorch offers default saved-tensor hooks to
 /// Python only (at::SavedTensorDefaultHooks holds Python objects), so remat installs, on first
@@ -71,6 +73,7 @@ class REMAT_API OffloadSavedTensors {
 struct SavedTensorOffloadStats {
   int64_t tensors_offloaded = 0;  ///< tensors copied to host memory
   int64_t tensors_kept = 0;       ///< leaves saved in a scope and left where they were
+  int64_t tensors_restored = 0;   ///< offloaded tensors handed back to backward
   int64_t bytes_to_host = 0;
   int64_t bytes_to_device = 0;
   int64_t prefetched = 0;         ///< tensors copied back ahead of their use

@@ -17,8 +17,11 @@
 //   the copy is recorded on S; the result is the span viewed with t's sizes and strides. The host
 //   buffer is kept until the SavedVariable dies (backward with retain_graph may unpack again),
 //   then goes back to the pool with an event after its last read.
-// Prefetch: each scope is a group linked to the group opened before it on the same thread; the
-//   first unpack of a group starts the copy back of the whole previous group.
+// Prefetch: each scope is a group linked to the last group on the same thread that offloaded
+//   anything (scopes inside a checkpoint's forward save nothing and are skipped); the first
+//   unpack of a group starts the copy back of that group's tensors not unpacked yet. Groups made
+//   while a checkpoint recomputes link to the groups recomputed before them, which backward has
+//   consumed already: a recomputed block's tensors come back just in time.
 #include "remat/activation_offload.h"
 
 #include <atomic>
@@ -36,6 +39,7 @@
 
 #include "detail/copy_stream.h"
 #include "detail/host_buffer_pool.h"
+#include "detail/saved_tensor_offload.h"
 
 namespace remat {
 namespace {
@@ -43,6 +47,7 @@ namespace {
 struct Counters {
   std::atomic<int64_t> tensors_offloaded{0};
   std::atomic<int64_t> tensors_kept{0};
+  std::atomic<int64_t> tensors_restored{0};
   std::atomic<int64_t> bytes_to_host{0};
   std::atomic<int64_t> bytes_to_device{0};
   std::atomic<int64_t> prefetched{0};
@@ -54,6 +59,7 @@ struct SavedEntry {
   detail::HostBuffer host;
   std::vector<int64_t> sizes, strides;
   at::Device device{at::kCPU};
+  bool unpacked = false;
   at::Tensor fetched;  // its span back on the device, until unpack hands it out
   std::optional<c10::Event> fetched_ready;
   std::optional<c10::Event> last_read;  // after the latest copy out of `host`
@@ -104,7 +110,7 @@ struct SavedGroup {
     std::lock_guard<std::mutex> lock(mutex);
     for (const auto& weak : entries) {
       if (auto entry = weak.lock()) {
-        if (entry->fetched.defined() || !entry->host.tensor.defined()) continue;
+        if (entry->unpacked || entry->fetched.defined() || !entry->host.tensor.defined()) continue;
         fetch(*entry);
         ++g_counters.prefetched;
       }
@@ -112,7 +118,8 @@ struct SavedGroup {
   }
 };
 
-thread_local std::weak_ptr<SavedGroup> t_last_group;
+// The last group of this thread that offloaded a tensor: what a new group prefetches.
+thread_local std::weak_ptr<SavedGroup> t_last_filled;
 
 // The storage span of `t` from its first element: every element of `t` lies in it (strides of
 // ATen tensors are non-negative).
@@ -159,6 +166,7 @@ class OffloadHooks final : public torch::autograd::SavedVariableHooks {
     ++g_counters.tensors_offloaded;
     g_counters.bytes_to_host += entry.span_bytes();
     std::lock_guard<std::mutex> lock(group_->mutex);
+    if (group_->entries.empty()) t_last_filled = group_;  // packing runs on the scope's thread
     group_->entries.push_back(entry_);
   }
 
@@ -179,6 +187,8 @@ class OffloadHooks final : public torch::autograd::SavedVariableHooks {
         entry.fetched_ready.reset();
       }
       value = entry.fetched.as_strided(entry.sizes, entry.strides, 0);
+      entry.unpacked = true;
+      ++g_counters.tensors_restored;
       entry.fetched = at::Tensor();  // handed out; the host copy stays for another backward
       if (!group_->unpacked && group_->options.prefetch) previous = group_->previous.lock();
       group_->unpacked = true;
@@ -201,6 +211,7 @@ struct OffloadSavedTensors::Scope {
 namespace {
 
 thread_local OffloadSavedTensors::Scope* t_scope = nullptr;
+thread_local int t_suppressed = 0;  // SuppressSavedTensorOffload depth
 
 class OffloadEngine final : public torch::autograd::Engine {
  public:
@@ -210,7 +221,7 @@ class OffloadEngine final : public torch::autograd::Engine {
   }
 
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
-    if (t_scope == nullptr || !t_scope->group) return nullptr;
+    if (t_scope == nullptr || !t_scope->group || t_suppressed > 0) return nullptr;
     return std::make_unique<OffloadHooks>(t_scope->group);
   }
 };
@@ -239,8 +250,7 @@ OffloadSavedTensors::OffloadSavedTensors(const std::optional<SavedTensorOffload>
   if (offload) {
     scope->group = std::make_shared<SavedGroup>();
     scope->group->options = *offload;
-    scope->group->previous = t_last_group;
-    t_last_group = scope->group;
+    scope->group->previous = t_last_filled;
   }
   outer_ = t_scope;
   scope_ = scope;
@@ -253,10 +263,18 @@ OffloadSavedTensors::~OffloadSavedTensors() {
   delete scope_;
 }
 
+namespace detail {
+
+SuppressSavedTensorOffload::SuppressSavedTensorOffload() { ++t_suppressed; }
+SuppressSavedTensorOffload::~SuppressSavedTensorOffload() { --t_suppressed; }
+
+}  // namespace detail
+
 SavedTensorOffloadStats saved_tensor_offload_stats() {
   SavedTensorOffloadStats stats;
   stats.tensors_offloaded = g_counters.tensors_offloaded;
   stats.tensors_kept = g_counters.tensors_kept;
+  stats.tensors_restored = g_counters.tensors_restored;
   stats.bytes_to_host = g_counters.bytes_to_host;
   stats.bytes_to_device = g_counters.bytes_to_device;
   stats.prefetched = g_counters.prefetched;
@@ -266,6 +284,7 @@ SavedTensorOffloadStats saved_tensor_offload_stats() {
 void reset_saved_tensor_offload_stats() {
   g_counters.tensors_offloaded = 0;
   g_counters.tensors_kept = 0;
+  g_counters.tensors_restored = 0;
   g_counters.bytes_to_host = 0;
   g_counters.bytes_to_device = 0;
   g_counters.prefetched = 0;

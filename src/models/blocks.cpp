@@ -104,7 +104,8 @@ FluxTransformerBlockImpl::FluxTransformerBlockImpl(int64_t dim, int64_t heads) {
 
 std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(
     const at::Tensor& x_in, const at::Tensor& c_in, const at::Tensor& temb,
-    const RotaryTables& rope, std::optional<Backend> checkpoint_ffn) {
+    const RotaryTables& rope, std::optional<Backend> checkpoint_ffn,
+    const std::optional<SavedTensorOffload>& offload_attention) {
   // Chunks: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp, each (B, 1, D).
   Modulation m = norm1->forward(temb);
   Modulation mc = norm1_context->forward(temb);
@@ -118,10 +119,17 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(
   at::Tensor x_attn, c_attn;
   {
     const int64_t n_txt = c_in.size(1);
+    at::Tensor x_mod = modulate(x_in, m[0], m[1]);
+    at::Tensor c_mod = modulate(c_in, mc[0], mc[1]);
+    // SimpleTuner's scope: self.attn(norm_hidden_states, norm_encoder_hidden_states, ...), whose
+    // output projections diffusers' FluxAttnProcessor2_0 applies inside the call.
+    const OffloadSavedTensors offload(offload_attention);
     at::Tensor q, k, v;
     {
-      const QKV img = attn->project(modulate(x_in, m[0], m[1]));
-      const QKV txt = attn->project_context(modulate(c_in, mc[0], mc[1]));
+      const QKV img = attn->project(x_mod);
+      const QKV txt = attn->project_context(c_mod);
+      x_mod.reset();  // without autograd nothing else holds them
+      c_mod.reset();
       // Joint sequence [text; image], rotated after the q/k norms.
       q = apply_rope(at::cat({txt.q, img.q}, 1), rope);
       k = apply_rope(at::cat({txt.k, img.k}, 1), rope);
@@ -134,8 +142,12 @@ std::pair<at::Tensor, at::Tensor> FluxTransformerBlockImpl::forward(
     const at::Tensor a_c = attn->to_add_out->forward(o.narrow(1, 0, n_txt));
     const at::Tensor a = attn->to_out_0->forward(o.narrow(1, n_txt, o.size(1) - n_txt));
     o.reset();
-    x_attn = x_in + m[2] * a;
-    c_attn = c_in + mc[2] * a_c;
+    {
+      // The gated residual is outside SimpleTuner's scope.
+      const OffloadSavedTensors outside(std::nullopt);
+      x_attn = x_in + m[2] * a;
+      c_attn = c_in + mc[2] * a_c;
+    }
   }
 
   // Feed-forward part of both streams (SimpleTuner's _ffn_forward of the double block).
@@ -160,12 +172,14 @@ FluxSingleTransformerBlockImpl::FluxSingleTransformerBlockImpl(int64_t dim, int6
 
 at::Tensor FluxSingleTransformerBlockImpl::forward(const at::Tensor& s, const at::Tensor& temb,
                                                    const RotaryTables& rope,
-                                                   std::optional<Backend> checkpoint_ffn) {
+                                                   std::optional<Backend> checkpoint_ffn,
+                                                   const std::optional<SavedTensorOffload>& offload_attention) {
   Modulation m = norm->forward(temb);  // shift, scale, gate
   const at::Tensor gate = m[2].unsqueeze(1);
   const at::Tensor s_mod = modulate(s, m[0].unsqueeze(1), m[1].unsqueeze(1));
   at::Tensor attn_out;
   {  // q, k, v freed once attended (diffusers: locals of FluxAttnProcessor2_0.__call__)
+    const OffloadSavedTensors offload(offload_attention);  // SimpleTuner's scope: self.attn(...)
     const QKV qkv = attn->project(s_mod);
     attn_out = attention(apply_rope(qkv.q, rope), apply_rope(qkv.k, rope), qkv.v);
   }

@@ -290,6 +290,8 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   // their FFN is then inside the block's checkpoint and not checkpointed again.
   const auto swap = block_swap_;
   const bool recording = torch::autograd::GradMode::is_enabled();
+  const std::optional<SavedTensorOffload> offload_attention =
+      is_training() && recording ? attention_offload_ : std::nullopt;
   if (swap) {
     if (recording && layouts.empty()) {
       layouts = {layout_keep_all(config_.num_layers), layout_keep_all(config_.num_single_layers)};
@@ -312,10 +314,11 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   const auto cn_double = controlnet_block_samples;
   const int64_t cn_double_every =
       cn_double.empty() ? 1 : controlnet_interval(config_.num_layers, cn_double.size());
-  const RunBlock run_double = [doubles, temb, rope, cn_double, cn_double_every, ffn_for, swap](
+  const RunBlock run_double = [doubles, temb, rope, cn_double, cn_double_every, ffn_for, swap, offload_attention](
                                   int64_t k, const Tensors& state) -> Tensors {
     if (swap) swap->use(k);
-    auto [c_out, x_out] = doubles[k].ptr()->forward(state[0], state[1], temb, rope, ffn_for(k, k));
+    auto [c_out, x_out] =
+        doubles[k].ptr()->forward(state[0], state[1], temb, rope, ffn_for(k, k), offload_attention);
     if (!cn_double.empty()) x_out = x_out + cn_double[k / cn_double_every];
     return {x_out, c_out};
   };
@@ -331,10 +334,10 @@ at::Tensor FluxImpl::forward(const at::Tensor& hidden_states, const at::Tensor& 
   const auto cn_single = controlnet_single_block_samples;
   const int64_t cn_single_every =
       cn_single.empty() ? 1 : controlnet_interval(config_.num_single_layers, cn_single.size());
-  const RunBlock run_single = [singles, temb, rope, cn_single, cn_single_every, ffn_for, n_txt, swap, num_layers](
-                                  int64_t k, const Tensors& st) -> Tensors {
+  const RunBlock run_single = [singles, temb, rope, cn_single, cn_single_every, ffn_for, n_txt, swap, num_layers,
+                                offload_attention](int64_t k, const Tensors& st) -> Tensors {
     if (swap) swap->use(num_layers + k);
-    at::Tensor s = singles[k].ptr()->forward(st[0], temb, rope, ffn_for(k, num_layers + k));
+    at::Tensor s = singles[k].ptr()->forward(st[0], temb, rope, ffn_for(k, num_layers + k), offload_attention);
     if (!cn_single.empty()) {
       s = at::cat({s.narrow(1, 0, n_txt),
                    s.narrow(1, n_txt, s.size(1) - n_txt) + cn_single[k / cn_single_every]},

@@ -242,15 +242,24 @@ MageFlowTransformerBlockImpl::MageFlowTransformerBlockImpl(int64_t dim, int64_t 
 
 std::pair<at::Tensor, at::Tensor> MageFlowTransformerBlockImpl::forward(
     const at::Tensor& img_in, const at::Tensor& txt_in, const at::Tensor& temb,
-    const RotaryTables& rope, const PackedSamples& samples, std::optional<Backend> checkpoint_ffn) {
+    const RotaryTables& rope, const PackedSamples& samples, std::optional<Backend> checkpoint_ffn,
+    const std::optional<SavedTensorOffload>& offload_attention) {
   // shift1, scale1, gate1, shift2, scale2, gate2, expanded per token: (1, tokens, D).
   Modulation m = img_mod_linear->forward(at::silu(temb)).chunk(6, -1);
   Modulation mt = txt_mod_linear->forward(at::silu(temb)).chunk(6, -1);
   for (auto& t : m) t = per_token(t, samples.img_sample);
   for (auto& t : mt) t = per_token(t, samples.txt_sample);
 
-  const QKV img = attn->project(modulate(img_in, m[0], m[1]));
-  const QKV txt = attn->project_context(modulate(txt_in, mt[0], mt[1]));
+  at::Tensor img_mod_in = modulate(img_in, m[0], m[1]);
+  at::Tensor txt_mod_in = modulate(txt_in, mt[0], mt[1]);
+  // SimpleTuner's scope (MageFlow's block in simpletuner/helpers/models/mageflow/transformer.py):
+  // the attention call, from the projections to the output projections.
+  std::optional<OffloadSavedTensors> offload;
+  offload.emplace(offload_attention);
+  const QKV img = attn->project(img_mod_in);
+  const QKV txt = attn->project_context(txt_mod_in);
+  img_mod_in.reset();  // without autograd nothing else holds them
+  txt_mod_in.reset();
   const at::Tensor qi = apply_rope(img.q, rope), ki = apply_rope(img.k, rope);  // text unrotated
 
   // Varlen attention: each sample attends over its own [text; image] tokens only.
@@ -268,6 +277,7 @@ std::pair<at::Tensor, at::Tensor> MageFlowTransformerBlockImpl::forward(
   }
   const at::Tensor img_attn = attn->to_out_0->forward(at::cat(img_parts, 1));
   const at::Tensor txt_attn = attn->to_add_out->forward(at::cat(txt_parts, 1));
+  offload.reset();
   const at::Tensor img_res = img_in + m[2] * img_attn;
   const at::Tensor txt_res = txt_in + mt[2] * txt_attn;
 
@@ -379,6 +389,8 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
   // FFN is then inside the block's checkpoint.
   const auto swap = block_swap_;
   const bool recording = torch::autograd::GradMode::is_enabled();
+  const std::optional<SavedTensorOffload> offload_attention =
+      is_training() && recording ? attention_offload_ : std::nullopt;
   if (swap) {
     TORCH_CHECK_VALUE(!recording || num_active == config_.depth,
                       "[mageflow] block swap with skip_layers needs no autograd recording (inference); ",
@@ -388,12 +400,12 @@ at::Tensor MageFlowImpl::forward(const at::Tensor& img, const at::Tensor& txt, c
     layer_scope = !layouts.empty();
   }
   const auto blocks = transformer_blocks;
-  const RunBlock run_block = [blocks, active, temb, rope, samples, ffn_backend, swap, recording](
+  const RunBlock run_block = [blocks, active, temb, rope, samples, ffn_backend, swap, recording, offload_attention](
                                  int64_t p, const Tensors& state) -> Tensors {
     const int64_t k = active[p];
     if (swap) swap->use(k);
     const std::optional<Backend> ffn = swap && recording && swap->streamed(k) ? std::nullopt : ffn_backend;
-    auto [c_out, x_out] = blocks[k].ptr()->forward(state[1], state[0], temb, rope, samples, ffn);
+    auto [c_out, x_out] = blocks[k].ptr()->forward(state[1], state[0], temb, rope, samples, ffn, offload_attention);
     return {c_out, x_out};
   };
   Tensors state{c, x};

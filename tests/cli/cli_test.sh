@@ -458,6 +458,31 @@ for ckpt in auto 2; do
     && echo "ok: full fine-tune, block swap, interval $ckpt: the same weights" \
     || fail "full fine-tune, block swap, interval $ckpt trained other weights"
 done
+# Attention offload (issue 33): every block's attention keeps its saved activations in host
+# memory, with prefetch, a pool capped below the step's shapes and block swap; LoRA and full, a
+# fixed interval and the planner's: the same LoRA and the same weights, byte for byte.
+for run in "lora 2" "lora auto" "full 2" "full auto"; do
+  read -r type ckpt <<< "$run"
+  "$remat" train "${tiny[@]}" --model_type=$type --seed=0 --gradient_checkpointing_offload_attention=true \
+    --gradient_checkpointing_offload_prefetch=true --gradient_checkpointing_offload_pin_memory_max_buckets=1 \
+    --musubi_blocks_to_swap=2 --gradient_checkpointing_interval=$ckpt --gradient_checkpointing_memory_budget=1GiB \
+    --output_dir="$work/attn-$type-$ckpt" --max_train_steps=3 --checkpointing_steps=0 \
+    > "$work/attn-$type-$ckpt.log" 2>&1 || fail "a $type run with attention offload and interval $ckpt"
+  if [[ $type == lora ]]; then
+    want="$work/swap-off/pytorch_lora_weights.safetensors" got="$work/attn-$type-$ckpt/pytorch_lora_weights.safetensors"
+  else
+    want="$(full_weights "$work/full-off")" got="$(full_weights "$work/attn-$type-$ckpt")"
+  fi
+  grep -q "\[train\] attention offload: every block's attention keeps what it saves for backward in host memory, copied back one block ahead" \
+    "$work/attn-$type-$ckpt.log" || fail "no attention offload line in $work/attn-$type-$ckpt.log"
+  cmp -s "$want" "$got" && echo "ok: attention offload, $type, interval $ckpt: the same weights" \
+    || fail "attention offload, $type, interval $ckpt trained other weights"
+done
+expect 2 "gradient_checkpointing_offload_pin_memory_max_buckets must be" -- "$remat" train --model_type=lora \
+  --gradient_checkpointing_offload_pin_memory_max_buckets=-1
+expect 0 "gradient_checkpointing_offload_prefetch=true has no effect because gradient_checkpointing_offload_attention is false" \
+  -- "$remat" train "${tiny[@]}" --model_type=lora --gradient_checkpointing_offload_prefetch=true \
+  --output_dir="$work/prefetch-alone" --max_train_steps=1 --checkpointing_steps=0
 expect 2 "ema_device=accelerator would average them on the device" -- "$remat" train --model_type=full \
   --musubi_blocks_to_swap=2 --use_ema=true --ema_device=accelerator
 expect 2 "musubi_block_swap_device must be one of cpu" -- "$remat" train --model_type=lora --musubi_blocks_to_swap=2 \

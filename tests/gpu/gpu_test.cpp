@@ -8,10 +8,13 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "rank_processes.h"
+#include "remat/activation_offload.h"
 #include "remat/checkpoint.h"
 #include "remat/distributed/environment.h"
 #include "remat/distributed/process_group.h"
@@ -57,15 +60,18 @@ struct DeviceChain {
     int64_t held_after_forward = 0;  // device bytes the graph keeps between forward and backward
     int64_t peak = 0;                // device peak above the start, forward and backward
   };
-  // segment_size 0: no checkpointing.
-  Run run(int64_t segment_size, Backend backend) {
+  // segment_size 0: no checkpointing; `offload`: every block inside an OffloadSavedTensors scope.
+  Run run(int64_t segment_size, Backend backend, const std::optional<SavedTensorOffload>& offload = std::nullopt) {
     for (auto& w : w1) w.mutable_grad().reset();
     for (auto& w : w2) w.mutable_grad().reset();
     torch::manual_seed(1);
     const at::Tensor x = torch::randn({T, D}).to(kCuda).requires_grad_();
     torch::cuda::synchronize();
     memory::PeakScope scope(kCuda);
-    const RunBlock run_block = [this](int64_t i, const Tensors& s) { return block(i, s); };
+    const RunBlock run_block = [this, offload](int64_t i, const Tensors& s) {
+      const OffloadSavedTensors scope(offload);
+      return block(i, s);
+    };
     Tensors out;
     if (segment_size == 0) {
       out = {x};
@@ -141,6 +147,42 @@ TEST(GpuCheckpoint, OffloadMovesSegmentInputsToPinnedHostMemory) {
   EXPECT_LT(offload.held_after_forward, recompute.held_after_forward)
       << offload.held_after_forward << " vs " << recompute.held_after_forward;
   EXPECT_GE(recompute.held_after_forward - offload.held_after_forward, DeviceChain::T * DeviceChain::D * 4);
+}
+
+// Saved-tensor offload (gradient_checkpointing_offload_attention's mechanism) on the device: what
+// the blocks save goes to pinned host buffers of the pool on the copy stream and comes back,
+// bitwise, just in time or prefetched, pinned or (cap 0) pageable.
+TEST(GpuActivationOffload, SavedTensorsLeaveTheDeviceAndComeBackBitwise) {
+  DeviceChain chain;
+  const auto plain = chain.run(0, Backend::Recompute);
+  set_offload_pin_memory_max_buckets(kDefaultOffloadPinMemoryMaxBuckets);
+  for (const auto& [label, offload, buckets] :
+       {std::tuple<std::string, SavedTensorOffload, int64_t>{"just in time", SavedTensorOffload{false}, 12},
+        {"prefetch", SavedTensorOffload{true}, 12},
+        {"pageable (cap 0)", SavedTensorOffload{true}, 0}}) {
+    set_offload_pin_memory_max_buckets(buckets);
+    reset_saved_tensor_offload_stats();
+    reset_offload_pool_stats();
+    const auto offloaded = chain.run(0, Backend::Recompute, offload);
+    EXPECT_TRUE(torch::equal(offloaded.output, plain.output)) << label;
+    for (size_t i = 0; i < plain.grads.size(); ++i) {
+      EXPECT_TRUE(torch::equal(offloaded.grads[i], plain.grads[i])) << label << ": gradient " << i;
+    }
+    const SavedTensorOffloadStats s = saved_tensor_offload_stats();
+    const OffloadPoolStats pool = offload_pool_stats();
+    EXPECT_EQ(s.bytes_to_device, s.bytes_to_host) << label;
+    EXPECT_EQ(s.prefetched > 0, offload.prefetch) << label;
+    EXPECT_EQ(pool.pooled_checkouts > 0, buckets > 0) << label;
+    // Two (T, H) activations a block stay on the device without the offload.
+    EXPECT_LT(offloaded.held_after_forward, plain.held_after_forward / 4)
+        << label << ": " << offloaded.held_after_forward << " vs " << plain.held_after_forward;
+    std::printf("saved-tensor offload, %s: device bytes held after forward %lld (plain %lld), peak %lld (plain %lld), "
+                "%lld bytes to host\n",
+                label.c_str(), static_cast<long long>(offloaded.held_after_forward),
+                static_cast<long long>(plain.held_after_forward), static_cast<long long>(offloaded.peak),
+                static_cast<long long>(plain.peak), static_cast<long long>(s.bytes_to_host));
+  }
+  set_offload_pin_memory_max_buckets(kDefaultOffloadPinMemoryMaxBuckets);
 }
 
 TEST(GpuFlux, CheckpointedTrainingStepOnTheDeviceMatchesTheCpu) {

@@ -15,6 +15,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include "remat/activation_offload.h"
 #include "remat/checkpoint.h"
 #include "remat/export.h"
 #include "remat/models/layers.h"
@@ -90,9 +91,13 @@ class REMAT_API FluxTransformerBlockImpl : public torch::nn::Module {
   /// checkpoint_ffn: run the feed-forward part of both streams (norm2 -> modulate -> FF -> gated
   /// residual) inside one remat::checkpoint with that backend (SimpleTuner's "-ffn" scope); this
   /// block must then outlive the backward pass.
+  /// offload_attention: run the attention (projections, q/k norms, rotation, attention, output
+  /// projections) inside a remat::OffloadSavedTensors scope, as SimpleTuner wraps `self.attn(...)`
+  /// for gradient_checkpointing_offload_attention.
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& c,
                                             const at::Tensor& temb, const RotaryTables& rope,
-                                            std::optional<Backend> checkpoint_ffn = std::nullopt);
+                                            std::optional<Backend> checkpoint_ffn = std::nullopt,
+                                            const std::optional<SavedTensorOffload>& offload_attention = std::nullopt);
 
   AdaLayerNormZero norm1{nullptr}, norm1_context{nullptr};
   Attention attn{nullptr};
@@ -108,9 +113,11 @@ class REMAT_API FluxSingleTransformerBlockImpl : public torch::nn::Module {
 
   /// s (B, N, D) the joint [text; image] sequence, temb (B, D), rope (N, d); returns s'.
   /// checkpoint_ffn: run proj_mlp -> GELU -> concat with the attention output -> proj_out ->
-  /// gate -> residual inside one remat::checkpoint with that backend.
+  /// gate -> residual inside one remat::checkpoint with that backend. offload_attention: as the
+  /// double block's (projections, q/k norms, rotation, attention).
   at::Tensor forward(const at::Tensor& s, const at::Tensor& temb, const RotaryTables& rope,
-                     std::optional<Backend> checkpoint_ffn = std::nullopt);
+                     std::optional<Backend> checkpoint_ffn = std::nullopt,
+                     const std::optional<SavedTensorOffload>& offload_attention = std::nullopt);
 
   AdaLayerNormZeroSingle norm{nullptr};
   Attention attn{nullptr};

@@ -104,6 +104,12 @@ class REMAT_API FluxImpl : public torch::nn::Module {
   void set_checkpoint_plan(CheckpointPlan plan);
   const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
+  /// SimpleTuner's gradient_checkpointing_offload_attention (remat/activation_offload.h): while
+  /// training with autograd recording, every block's attention runs inside an
+  /// OffloadSavedTensors scope with these options, checkpointed or not. Unset: off.
+  void set_attention_offload(std::optional<SavedTensorOffload> offload) { attention_offload_ = offload; }
+  const std::optional<SavedTensorOffload>& attention_offload() const { return attention_offload_; }
+
   /// Block swap (remat/models/block_swap.h): the frozen weights of the last `blocks_to_swap` of
   /// the num_layers + num_single_layers blocks live in host memory and are streamed to `device`
   /// (default: where the model's weights are) for each use; every other tensor moves to
@@ -137,6 +143,7 @@ class REMAT_API FluxImpl : public torch::nn::Module {
  private:
   FluxConfig config_;
   CheckpointPlan checkpointing_;
+  std::optional<SavedTensorOffload> attention_offload_;
   StageObserver stage_observer_;
   std::shared_ptr<BlockSwap> block_swap_;
 };

@@ -117,7 +117,8 @@ class REMAT_API MageFlowTransformerBlockImpl : public torch::nn::Module {
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& img, const at::Tensor& txt,
                                             const at::Tensor& temb, const RotaryTables& rope,
                                             const PackedSamples& samples,
-                                            std::optional<Backend> checkpoint_ffn = std::nullopt);
+                                            std::optional<Backend> checkpoint_ffn = std::nullopt,
+                                            const std::optional<SavedTensorOffload>& offload_attention = std::nullopt);
 
   torch::nn::ModuleList img_mod{nullptr}, txt_mod{nullptr};  ///< {SiLU, Linear(D -> 6D)}
   Linear img_mod_linear{nullptr}, txt_mod_linear{nullptr};   ///< the `.1` entries
@@ -146,6 +147,12 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
   void set_checkpoint_plan(CheckpointPlan plan);
   const CheckpointPlan& checkpoint_plan() const { return checkpointing_; }
 
+  /// SimpleTuner's gradient_checkpointing_offload_attention (remat/activation_offload.h): while
+  /// training with autograd recording, every block's attention runs inside an
+  /// OffloadSavedTensors scope with these options, checkpointed or not. Unset: off.
+  void set_attention_offload(std::optional<SavedTensorOffload> offload) { attention_offload_ = offload; }
+  const std::optional<SavedTensorOffload>& attention_offload() const { return attention_offload_; }
+
   /// Block swap (remat/models/block_swap.h), as Flux::set_block_swap: the last `blocks_to_swap`
   /// of the depth blocks stream their frozen weights from host memory to `device`. Training with
   /// skip_layers and block swap together throws c10::ValueError at forward time.
@@ -172,6 +179,7 @@ class REMAT_API MageFlowImpl : public torch::nn::Module {
  private:
   MageFlowConfig config_;
   CheckpointPlan checkpointing_;
+  std::optional<SavedTensorOffload> attention_offload_;
   StageObserver stage_observer_;
   std::shared_ptr<BlockSwap> block_swap_;
 };

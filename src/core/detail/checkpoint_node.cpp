@@ -28,6 +28,7 @@
 // parameter and its gradient would be counted twice. SimpleTuner's models never do this; the
 // frontier rule makes it unnecessary (pass the derived tensor, not both).
 #include "detail/checkpoint_node.h"
+#include "detail/saved_tensor_offload.h"
 
 #include <unordered_set>
 
@@ -146,7 +147,12 @@ Tensors checkpoint_with_graph_surgery(const SegmentFn& fn, const Tensors& inputs
 
   const Tensors leaves = make_leaves(inputs);
   const uint64_t first_seq = at::sequence_number::peek();
-  Tensors raw = fn(leaves);
+  Tensors raw;
+  {
+    // This graph is dropped below (step 3): what it saves stays where it is.
+    const SuppressSavedTensorOffload keep_on_device;
+    raw = fn(leaves);
+  }
   const uint64_t end_seq = at::sequence_number::peek();
   edge_list frontier = collect_frontier(raw, leaves, first_seq, end_seq,
                                         at::RecordFunction::currentThreadId());

@@ -6,7 +6,8 @@
 //
 // Forward, for a tensor t on device D (compute stream S, side stream P):
 //   1. record event E on S after t was produced; P waits for E;
-//   2. on P: host = empty pinned; host.copy_(t, non_blocking);
+//   2. on P: host = a pinned buffer of the pool (remat/activation_offload.h; pageable beyond its
+//      cap); host.copy_(t, non_blocking);
 //   3. recordDataPtrOnStream(t, P): the caching allocator will not hand t's memory to anyone
 //      until P has finished the copy, although remat drops its reference at once.
 // Backward, segment k (reverse order):
@@ -68,7 +69,8 @@ void SavedInputs::offload(Entry& entry, const at::Tensor& tensor) {
   at::Tensor source = tensor.detach();
   {
     c10::StreamGuard on_side(side);
-    entry.data = at::empty(source.sizes(), source.options().device(at::kCPU).pinned_memory(true));
+    entry.host = checkout_host_buffer(source.numel(), source.scalar_type(), /*accelerator=*/true);
+    entry.data = entry.host.tensor.view(source.sizes());
     entry.data.copy_(source, /*non_blocking=*/true);
   }
   impl.recordDataPtrOnStream(source.storage().data_ptr(), side);
@@ -88,6 +90,8 @@ void SavedInputs::prefetch() {
     entry.fetched.copy_(entry.data, /*non_blocking=*/true);
     entry.fetched_ready.emplace(entry.device.type());
     entry.fetched_ready->record(side);
+    entry.last_read.emplace(entry.device.type());
+    entry.last_read->record(side);
   }
 }
 
@@ -131,7 +135,26 @@ Tensors SavedInputs::unpack() {
 void SavedInputs::release() {
   std::lock_guard<std::mutex> lock(mutex_);
   released_ = true;
+  give_back_host_buffers();
   entries_.clear();
+}
+
+SavedInputs::~SavedInputs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A destructor must not throw: a pool error leaves the buffers to be freed with their tensors.
+  try {
+    give_back_host_buffers();
+  } catch (...) {
+  }
+}
+
+void SavedInputs::give_back_host_buffers() {
+  for (auto& entry : entries_) {
+    if (!entry.offloaded) continue;
+    entry.data = at::Tensor();
+    give_back_host_buffer(std::move(entry.host), std::move(entry.last_read));
+    entry.offloaded = false;
+  }
 }
 
 size_t SavedInputs::offloaded_count() const {

@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 
+#include "detail/host_buffer_pool.h"
 #include "remat/checkpoint.h"
 
 namespace remat::detail {
@@ -35,6 +36,7 @@ class SavedInputs : public std::enable_shared_from_this<SavedInputs> {
 
   /// Frees everything (after backward without retain_graph).
   void release();
+  ~SavedInputs();
   bool released() const { return released_; }
 
   /// Number of tensors currently held in host memory instead of on their device.
@@ -42,14 +44,19 @@ class SavedInputs : public std::enable_shared_from_this<SavedInputs> {
 
  private:
   struct Entry {
-    at::Tensor data;         // the input (detached), or its pinned host copy when offloaded
+    at::Tensor data;         // the input (detached), or its host copy (a view of `host`) when offloaded
+    HostBuffer host;         // from the pool (remat/activation_offload.h) when offloaded
     at::Tensor fetched;      // device copy made by prefetch(), until unpack() hands it out
     bool requires_grad = false;
     uint32_t version = 0;    // version counter of `data` when saved (kept in place only)
     bool offloaded = false;
     at::Device device{at::kCPU};
     std::optional<c10::Event> fetched_ready;  // recorded on the side stream after the copy back
+    std::optional<c10::Event> last_read;      // likewise, for giving `host` back to the pool
   };
+
+  // Gives the host buffers back to the pool. Caller holds mutex_.
+  void give_back_host_buffers();
 
   void offload(Entry& entry, const at::Tensor& tensor);
 

@@ -165,6 +165,9 @@ class FluxTransformer final : public Transformer {
   int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device) override {
     return model_->set_block_swap(blocks_to_swap, device);
   }
+  void set_attention_offload(const std::optional<SavedTensorOffload>& offload) override {
+    model_->set_attention_offload(offload);
+  }
   const models::BlockSwap* block_swap() const override { return model_->block_swap(); }
   models::BlockSwap* block_swap() override { return model_->block_swap(); }
 
@@ -271,12 +274,14 @@ class FluxTransformer final : public Transformer {
     if (model_->time_text_embed && any_requires_grad(*model_->time_text_embed)) temb.requires_grad_(true);
     const models::RotaryTables rope = models::flux_rope_tables(
         at::cat({in.txt_ids, in.img_ids}, 0), config.axes_dims_rope);
+    // The blocks run as the model runs them in training, attention offload included.
+    const std::optional<SavedTensorOffload> offload = model_->attention_offload();
     std::vector<BlockProbe> probes;
     if (config.num_layers > 0) {
       auto block = model_->transformer_blocks.front();
       probes.push_back({"flux-double",
-                        [block, temb, rope, ffn](int64_t, const Tensors& s) -> Tensors {
-                          auto [c, x] = block.ptr()->forward(s[0], s[1], temb, rope, ffn);
+                        [block, temb, rope, ffn, offload](int64_t, const Tensors& s) -> Tensors {
+                          auto [c, x] = block.ptr()->forward(s[0], s[1], temb, rope, ffn, offload);
                           return {x, c};
                         },
                         {state(n_img), state(n_txt)},
@@ -288,9 +293,9 @@ class FluxTransformer final : public Transformer {
       models::BlockSwap* swap = model_->block_swap();
       const int64_t global = config.num_layers;
       probes.push_back({"flux-single",
-                        [block, temb, rope, ffn, swap, global](int64_t, const Tensors& s) -> Tensors {
+                        [block, temb, rope, ffn, swap, global, offload](int64_t, const Tensors& s) -> Tensors {
                           if (swap) swap->use(global);
-                          return {block.ptr()->forward(s[0], temb, rope, ffn)};
+                          return {block.ptr()->forward(s[0], temb, rope, ffn, offload)};
                         },
                         {state(n_txt + n_img)},
                         trainable(*block)});
@@ -392,7 +397,7 @@ void register_family_flux() {
   f.write_demo_pipeline = encoders::write_demo_pipeline;
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true,
                      {"double blocks", "single blocks"}, /*block_swap=*/true,
-                     {"transformer_blocks", "single_transformer_blocks"}};
+                     {"transformer_blocks", "single_transformer_blocks"}, /*attention_offload=*/true};
   f.lora_target_presets = models::flux_lora_target_preset_names();
   f.lora_target_modules = models::flux_lora_target_modules;
   f.lora_target_of = [](const TrainConfig& config) { return config.flux_lora_target; };

@@ -119,6 +119,9 @@ class MageFlowTransformer final : public Transformer {
   int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device) override {
     return model_->set_block_swap(blocks_to_swap, device);
   }
+  void set_attention_offload(const std::optional<SavedTensorOffload>& offload) override {
+    model_->set_attention_offload(offload);
+  }
   const models::BlockSwap* block_swap() const override { return model_->block_swap(); }
   models::BlockSwap* block_swap() override { return model_->block_swap(); }
 
@@ -244,9 +247,11 @@ class MageFlowTransformer final : public Transformer {
     auto block = model_->transformer_blocks.front();
     Tensors state{torch::randn({1, p.txt.size(1), config.hidden_size}, options).requires_grad_(true),
                   torch::randn({1, p.x0.size(1), config.hidden_size}, options).requires_grad_(true)};
+    // The block runs as the model runs it in training, attention offload included.
+    const std::optional<SavedTensorOffload> offload = model_->attention_offload();
     return {{"mageflow-block",
-             [block, temb, rope, samples, ffn](int64_t, const Tensors& s) -> Tensors {
-               auto [txt, img] = block.ptr()->forward(s[1], s[0], temb, rope, samples, ffn);
+             [block, temb, rope, samples, ffn, offload](int64_t, const Tensors& s) -> Tensors {
+               auto [txt, img] = block.ptr()->forward(s[1], s[0], temb, rope, samples, ffn, offload);
                return {txt, img};
              },
              state, trainable(*block)}};
@@ -321,7 +326,7 @@ void register_family_mageflow() {
   f.latents = LatentLayout{kMageFlowName, /*channels=*/128, /*spatial_multiple=*/1, /*pooled=*/false,
                            /*variable_text_length=*/true};
   f.checkpointing = {/*interval=*/true, /*segment_stride=*/true, /*ffn_scope=*/true, {"blocks"},
-                     /*block_swap=*/true, {"transformer_blocks"}};
+                     /*block_swap=*/true, {"transformer_blocks"}, /*attention_offload=*/true};
   f.apply_flavour = apply_mageflow_flavour;
   // Qwen3-VL's language model and Mage-VAE (remat/encoders/mageflow_encoders.h).
   f.encoders = encoders::mageflow_family_encoders();

@@ -143,6 +143,16 @@ int64_t Transformer::set_block_swap(int64_t blocks_to_swap, const at::Device&) {
                     " (families with block swap: " + with + "), got " + std::to_string(blocks_to_swap));
 }
 
+void Transformer::set_attention_offload(const std::optional<SavedTensorOffload>& offload) {
+  if (!offload) return;
+  std::string with;
+  for (const auto& name : model_family_names()) {
+    if (model_family(name).checkpointing.attention_offload) with += (with.empty() ? "" : ", ") + name;
+  }
+  throw_value_error("[train] gradient_checkpointing_offload_attention is not supported for model family " +
+                    family() + " (families with a clean attention/FFN boundary: " + with + ")");
+}
+
 std::vector<std::string> Transformer::apply_lora(const std::string& target_preset, int64_t rank,
                                                  double alpha) {
   const ModelFamily& descriptor = model_family(family());

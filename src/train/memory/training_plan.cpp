@@ -34,6 +34,14 @@
 // recomputation; each copy overlaps the computation of the block before it in that pass (the
 // copy stream prefetches one block ahead, remat/weight_stream.h), and what it does not hide is
 // added to the step.
+//
+// The attention offload (gradient_checkpointing_offload_attention) is a second profile of the
+// same proxies with the offload on: on the CPU the offloaded tensors leave the tracked bytes, so
+// that profile's chain is what the device would hold. Each block's attention bytes (its kept
+// bytes without the offload less those with it) cross to the host after its forward (hidden
+// behind the forward that goes on) and back when its backward needs them (exposed: no prefetch
+// is planned), whether the block is kept or recomputed, so the offload adds a constant to every
+// layout's step time and the planner weighs it against recomputation and block swap.
 #include "remat/train/memory/training_plan.h"
 
 #include <algorithm>
@@ -96,7 +104,7 @@ MemoryDemand demand_of(const TransformerSpec& spec, const TrainingPlanRequest& r
 }
 
 // Built as the trainer builds it (float32, quantised as base_model_precision says, LoRA applied).
-ProxyProfile profile_proxy(const TransformerSpec& spec, const TrainingPlanRequest& request) {
+ProxyProfile profile_proxy(const TransformerSpec& spec, const TrainingPlanRequest& request, bool attention_offload) {
   const c10::Device cpu(c10::kCPU);
   auto model = make_transformer(spec, cpu);
   const ModelFamily& family = model_family(spec.family);
@@ -133,6 +141,7 @@ ProxyProfile profile_proxy(const TransformerSpec& spec, const TrainingPlanReques
   StepSettings settings;
   if (request.bf16) settings.autocast = at::kBFloat16;
   model->set_checkpoint_plan(CheckpointPlan::simpletuner(true, std::nullopt, std::nullopt, "torch"));
+  if (attention_offload) model->set_attention_offload(SavedTensorOffload{});
   StepProfileOptions options;
   options.blocks.warmup = 1;
   options.blocks.repeats = 1;  // memory figures are exact on the first measured run; times are not used
@@ -196,9 +205,70 @@ int64_t largest_trainable_bytes(const TransformerSpec& spec, const TrainingPlanR
 }
 
 
-// The chain of a plan with `swapped` blocks streamed: the device holds the ring, not their weights.
-Chain chain_with_swap(const StepMemoryModel& model, const TrainingPlanRequest& request, int64_t swapped) {
-  Chain chain = model.chain;
+// The real model's chain from the proxies' profiles (Note [Plan memory model]); sets the fixed
+// bytes besides weights, gradients and optimizer state in `other_fixed_bytes`.
+Chain chain_of(const ProxyProfiles& proxies, const PlanProxy& shape, const TransformerSpec& spec,
+               const TrainingPlanRequest& request, int64_t* other_fixed_bytes) {
+  Chain chain;
+  const int64_t heads = shape.heads;
+  size_t proxy_offset = 0;
+  size_t real_index = 0;
+  for (size_t s = 0; s < shape.stack_sizes.size(); ++s) {
+    const int64_t in_proxy = std::min<int64_t>(shape.stack_sizes[s], 2);
+    for (int64_t k = 0; k < shape.stack_sizes[s]; ++k, ++real_index) {
+      const size_t p = proxy_offset + static_cast<size_t>(std::min<int64_t>(k, in_proxy - 1));
+      BlockCost cost = extend_block(proxies, p, heads);
+      cost.forward_s = request.batch *
+                       shape.block_forward_flops(s, request.image_tokens, request.text_tokens) / request.device_flops;
+      cost.backward_s = 2.0 * cost.forward_s;
+      chain.blocks.push_back(cost);
+    }
+    proxy_offset += static_cast<size_t>(in_proxy);
+    if (s + 1 < shape.stack_sizes.size() && real_index > 0) {
+      chain.forced_boundaries.push_back(static_cast<int64_t>(real_index));
+    }
+  }
+  // The proxies' fixed bytes less their weights and optimizer state: inputs, position tables.
+  const auto other = [](const ProxyProfile& p) {
+    return p.step.chain.fixed_bytes - p.weight_bytes - p.step.missing_optimizer_state_bytes;
+  };
+  // Their fixed peaks less weights, optimizer state, every gradient and the proxy's own
+  // optimizer temporaries (bounded by the trainable bytes): what the embedders and head add.
+  const auto other_peak = [](const ProxyProfile& p) {
+    return p.step.chain.fixed_peak_bytes - p.weight_bytes - p.step.missing_optimizer_state_bytes - p.trainable_bytes;
+  };
+  const MemoryDemand demand = demand_of(spec, request, 0);
+  *other_fixed_bytes = std::max<int64_t>(0, extend_field(proxies, heads, other));
+  // A quantised base's dequantised Linear is inside the proxies' measured peaks.
+  chain.fixed_bytes = *other_fixed_bytes + demand.total() - demand.gradient_bytes - demand.dequantized_transient_bytes;
+  const int64_t optimizer_temporaries = 2 * largest_trainable_bytes(spec, request);
+  chain.fixed_peak_bytes = std::max<int64_t>(0, extend_field(proxies, heads, other_peak)) +
+                           demand.total() - demand.dequantized_transient_bytes + optimizer_temporaries;
+  chain.tail_peak_bytes = std::max<int64_t>(
+      0, extend_field(proxies, heads, [](const ProxyProfile& p) { return p.step.chain.tail_peak_bytes; }));
+  // Gradients of trainable parameters outside the blocks (embedders, head) are live while the
+  // blocks' backward runs: the part of all gradients the blocks do not hold.
+  // The proxies' figure holds their own such gradients: taken out, the real ones added.
+  const auto outside_blocks = [](const ProxyProfile& p) {
+    int64_t in_blocks = 0;
+    for (int64_t v : p.block_trainable_bytes) in_blocks += v;
+    return p.step.chain.tail_backward_bytes - (p.trainable_bytes - in_blocks);
+  };
+  int64_t block_gradients = 0;
+  for (const auto& b : chain.blocks) block_gradients += b.parameter_grad_bytes;
+  chain.tail_backward_bytes = extend_field(proxies, heads, outside_blocks) +
+                              std::max<int64_t>(0, demand.gradient_bytes - block_gradients);
+  chain.offload_to_host = request.device.is_cuda();
+  chain.host_bandwidth_bytes_per_s = request.host_bandwidth;
+  chain.checkpoint_overhead_bytes = request.device.is_cuda() ? 0 : checkpoint_overhead_bytes(request.device);
+  validate_chain(chain);
+  return chain;
+}
+
+// The chain `base` of a plan with `swapped` blocks streamed: the device holds the ring, not their
+// weights.
+Chain chain_with_swap(const Chain& base, const TrainingPlanRequest& request, int64_t swapped) {
+  Chain chain = base;
   const MemoryDemand with = demand_of(request.spec, request, swapped), without = demand_of(request.spec, request, 0);
   // Weights (and a full fine-tune's optimizer state) of the streamed blocks leave the step's fixed
   // bytes, which hold no gradients (the blocks' own count them); the fixed peak (after the
@@ -235,6 +305,22 @@ double exposed_copy_seconds(const StepMemoryModel& model, const TrainingPlanRequ
     }
   }
   return exposed;
+}
+
+// Host bytes of the attention offload at their most: every kept block's until the backward
+// reaches it, and the largest recomputed segment's while it is recomputed.
+int64_t attention_host_bytes(const StepMemoryModel& model, const Layout& layout) {
+  int64_t kept = 0, largest_segment = 0;
+  for (const auto& s : layout.segments) {
+    int64_t bytes = 0;
+    for (int64_t b = s.begin; b < s.end; ++b) bytes += model.block_attention_bytes[static_cast<size_t>(b)];
+    if (s.mode == BlockMode::Keep) {
+      kept += bytes;
+    } else {
+      largest_segment = std::max(largest_segment, bytes);
+    }
+  }
+  return kept + largest_segment;
 }
 
 int64_t offloaded_bytes(const Chain& chain, const Layout& layout) {
@@ -297,13 +383,14 @@ std::string options_of(const TrainingPlan& plan, const TrainingPlanRequest& requ
     if (offload) out += " --gradient_checkpointing_backend=unsloth";
   }
   if (plan.blocks_to_swap > 0) out += " --musubi_blocks_to_swap=" + std::to_string(plan.blocks_to_swap);
+  if (plan.attention_offload) out += " --gradient_checkpointing_offload_attention=true";
   return out;
 }
 
 }  // namespace
 
 StepModel profile_step_for_plan(const TransformerSpec& spec, const TrainingPlanRequest& request) {
-  return profile_proxy(spec, request).step;
+  return profile_proxy(spec, request, request.attention_offload.value_or(false)).step;
 }
 
 int64_t image_tokens_for_resolution(const TrainConfig& config) {
@@ -349,6 +436,7 @@ TrainingPlanRequest plan_request_of(const TrainConfig& config, int64_t budget_by
   r.budget_bytes = budget_bytes;
   r.host_budget_bytes = host_budget_bytes;
   if (config.musubi_blocks_to_swap > 0) r.blocks_to_swap = config.musubi_blocks_to_swap;
+  if (config.gradient_checkpointing_offload_attention) r.attention_offload = true;
   r.allow_offload = true;
   return r;
 }
@@ -370,9 +458,12 @@ StepMemoryModel build_step_memory_model(const TrainingPlanRequest& request) {
   if (spec.flavour.empty() && !spec.config_json) spec.flavour = family.small_flavour;
   const PlanProxy shape = family.plan_proxy(spec);
   TORCH_CHECK_VALUE(shape.heads >= 1 && !shape.stack_sizes.empty(), "[plan] the model has no attention heads or blocks");
+  // The attention offload is profiled when the request sets it, or leaves it to the planner on a
+  // GPU (on the CPU nothing leaves the process's memory, so the planner never chooses it there).
+  const bool with_attention_offload = request.attention_offload.value_or(request.device.is_cuda());
 
   const auto start = std::chrono::steady_clock::now();
-  ProxyProfiles proxies;
+  ProxyProfiles proxies, offloaded;
   for (size_t i = 0; i < kProxyHeads.size(); ++i) {
     // Tokens in proportion to the width (Note [Plan memory model]).
     const auto scaled = [&](int64_t tokens) {
@@ -381,7 +472,10 @@ StepMemoryModel build_step_memory_model(const TrainingPlanRequest& request) {
     TrainingPlanRequest at_width = request;
     at_width.image_tokens = scaled(request.image_tokens);
     at_width.text_tokens = scaled(request.text_tokens);
-    proxies[i] = profile_proxy(shape.proxy(kProxyHeads[i], 2), at_width);
+    proxies[i] = profile_proxy(shape.proxy(kProxyHeads[i], 2), at_width, /*attention_offload=*/false);
+    if (with_attention_offload) {
+      offloaded[i] = profile_proxy(shape.proxy(kProxyHeads[i], 2), at_width, /*attention_offload=*/true);
+    }
   }
   StepMemoryModel out;
   out.profile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -391,60 +485,16 @@ StepMemoryModel build_step_memory_model(const TrainingPlanRequest& request) {
   TORCH_CHECK(static_cast<int64_t>(out.block_weight_bytes.size()) ==
                   std::accumulate(shape.stack_sizes.begin(), shape.stack_sizes.end(), int64_t{0}),
               "[plan] the family's Linear layers do not cover its blocks");
-
-  Chain& chain = out.chain;
-  const int64_t heads = shape.heads;
-  size_t proxy_offset = 0;
-  size_t real_index = 0;
-  for (size_t s = 0; s < shape.stack_sizes.size(); ++s) {
-    const int64_t in_proxy = std::min<int64_t>(shape.stack_sizes[s], 2);
-    for (int64_t k = 0; k < shape.stack_sizes[s]; ++k, ++real_index) {
-      const size_t p = proxy_offset + static_cast<size_t>(std::min<int64_t>(k, in_proxy - 1));
-      BlockCost cost = extend_block(proxies, p, heads);
-      cost.forward_s = request.batch *
-                       shape.block_forward_flops(s, request.image_tokens, request.text_tokens) / request.device_flops;
-      cost.backward_s = 2.0 * cost.forward_s;
-      chain.blocks.push_back(cost);
+  out.chain = chain_of(proxies, shape, spec, request, &out.other_fixed_bytes);
+  if (with_attention_offload) {
+    int64_t other_fixed = 0;
+    Chain chain = chain_of(offloaded, shape, spec, request, &other_fixed);
+    for (size_t b = 0; b < chain.blocks.size(); ++b) {
+      out.block_attention_bytes.push_back(
+          std::max<int64_t>(0, out.chain.blocks[b].activation_bytes - chain.blocks[b].activation_bytes));
     }
-    proxy_offset += static_cast<size_t>(in_proxy);
-    if (s + 1 < shape.stack_sizes.size() && real_index > 0) {
-      chain.forced_boundaries.push_back(static_cast<int64_t>(real_index));
-    }
+    out.attention_offloaded_chain = std::move(chain);
   }
-  // The proxies' fixed bytes less their weights and optimizer state: inputs, position tables.
-  const auto other = [](const ProxyProfile& p) {
-    return p.step.chain.fixed_bytes - p.weight_bytes - p.step.missing_optimizer_state_bytes;
-  };
-  // Their fixed peaks less weights, optimizer state, every gradient and the proxy's own
-  // optimizer temporaries (bounded by the trainable bytes): what the embedders and head add.
-  const auto other_peak = [](const ProxyProfile& p) {
-    return p.step.chain.fixed_peak_bytes - p.weight_bytes - p.step.missing_optimizer_state_bytes - p.trainable_bytes;
-  };
-  const MemoryDemand demand = demand_of(spec, request, 0);
-  out.other_fixed_bytes = std::max<int64_t>(0, extend_field(proxies, heads, other));
-  // A quantised base's dequantised Linear is inside the proxies' measured peaks.
-  chain.fixed_bytes = out.other_fixed_bytes + demand.total() - demand.gradient_bytes - demand.dequantized_transient_bytes;
-  const int64_t optimizer_temporaries = 2 * largest_trainable_bytes(spec, request);
-  chain.fixed_peak_bytes = std::max<int64_t>(0, extend_field(proxies, heads, other_peak)) +
-                           demand.total() - demand.dequantized_transient_bytes + optimizer_temporaries;
-  chain.tail_peak_bytes = std::max<int64_t>(
-      0, extend_field(proxies, heads, [](const ProxyProfile& p) { return p.step.chain.tail_peak_bytes; }));
-  // Gradients of trainable parameters outside the blocks (embedders, head) are live while the
-  // blocks' backward runs: the part of all gradients the blocks do not hold.
-  // The proxies' figure holds their own such gradients: taken out, the real ones added.
-  const auto outside_blocks = [](const ProxyProfile& p) {
-    int64_t in_blocks = 0;
-    for (int64_t v : p.block_trainable_bytes) in_blocks += v;
-    return p.step.chain.tail_backward_bytes - (p.trainable_bytes - in_blocks);
-  };
-  int64_t block_gradients = 0;
-  for (const auto& b : chain.blocks) block_gradients += b.parameter_grad_bytes;
-  chain.tail_backward_bytes = extend_field(proxies, heads, outside_blocks) +
-                              std::max<int64_t>(0, demand.gradient_bytes - block_gradients);
-  chain.offload_to_host = request.device.is_cuda();
-  chain.host_bandwidth_bytes_per_s = request.host_bandwidth;
-  chain.checkpoint_overhead_bytes = request.device.is_cuda() ? 0 : checkpoint_overhead_bytes(request.device);
-  validate_chain(chain);
   return out;
 }
 
@@ -461,46 +511,63 @@ TrainingPlan plan_training(const StepMemoryModel& model, const TrainingPlanReque
     for (int64_t k = 0; k < n; ++k) counts.push_back(k);
   }
 
+  // With and without the attention offload, as the request allows (Note [Plan memory model]).
+  std::vector<bool> attention;
+  if (request.attention_offload.value_or(true) && model.attention_offloaded_chain) attention.push_back(true);
+  if (!request.attention_offload.value_or(false)) attention.push_back(false);
+  TORCH_CHECK_VALUE(!attention.empty(), "[plan] the request sets gradient_checkpointing_offload_attention, and the "
+                                        "model was built without its profile");
+  double attention_copy_s = 0.0;
+  for (int64_t bytes : model.block_attention_bytes) attention_copy_s += static_cast<double>(bytes) / request.host_bandwidth;
+
   TrainingPlan best, smallest;
   bool have_best = false, have_smallest = false;
   const double reference = predict(model.chain, layout_keep_all(n)).step_s;
-  for (const int64_t swapped : counts) {
-    const Chain chain = chain_with_swap(model, request, swapped);
-    for (const bool offload : {false, true}) {
-      if (offload && !(request.allow_offload && chain.offload_to_host)) continue;
-      PlannerOptions options;
-      options.allow_offload = offload;
-      options.stream_from = n - swapped;
-      const PlanResult result = plan_layout(chain, request.budget_bytes, options);
-      TrainingPlan plan;
-      plan.budget_bytes = request.budget_bytes;
-      plan.host_budget_bytes = request.host_budget_bytes;
-      plan.layout = result.layout;
-      plan.blocks_to_swap = swapped;
-      plan.peak_bytes = result.prediction.peak_bytes;
-      const MemoryDemand demand = demand_of(request.spec, request, swapped);
-      plan.host_weight_bytes = demand.swapped_weight_bytes;
-      plan.ring_bytes = demand.swap_ring_bytes;
-      plan.host_activation_bytes = offloaded_bytes(chain, result.layout);
-      plan.exposed_copy_s = exposed_copy_seconds(model, request, swapped);
-      // A full fine-tune's streamed gradients go back synchronously (float32, the weights' size);
-      // the optimizer's step on the host is not modelled.
-      if (demand.swapped_training_bytes > 0) {
-        plan.exposed_copy_s += static_cast<double>(demand.swapped_weight_bytes) / request.host_bandwidth;
-      }
-      plan.step_s = result.prediction.step_s + plan.exposed_copy_s;
-      plan.reference_step_s = reference;
-      const bool host_fits = !request.host_budget_bytes ||
-                             plan.host_weight_bytes + plan.host_activation_bytes <= *request.host_budget_bytes;
-      plan.fits = result.fits && host_fits;
-      if (host_fits && (!have_smallest || result.min_possible_peak < smallest.smallest_peak_bytes)) {
-        smallest = plan;
-        smallest.smallest_peak_bytes = result.min_possible_peak;
-        have_smallest = true;
-      }
-      if (plan.fits && (!have_best || plan.step_s < best.step_s)) {
-        best = plan;
-        have_best = true;
+  for (const bool attention_offload : attention) {
+    for (const int64_t swapped : counts) {
+      const Chain chain =
+          chain_with_swap(attention_offload ? *model.attention_offloaded_chain : model.chain, request, swapped);
+      for (const bool offload : {false, true}) {
+        if (offload && !(request.allow_offload && chain.offload_to_host)) continue;
+        PlannerOptions options;
+        options.allow_offload = offload;
+        options.stream_from = n - swapped;
+        const PlanResult result = plan_layout(chain, request.budget_bytes, options);
+        TrainingPlan plan;
+        plan.budget_bytes = request.budget_bytes;
+        plan.host_budget_bytes = request.host_budget_bytes;
+        plan.layout = result.layout;
+        plan.blocks_to_swap = swapped;
+        plan.attention_offload = attention_offload;
+        plan.peak_bytes = result.prediction.peak_bytes;
+        const MemoryDemand demand = demand_of(request.spec, request, swapped);
+        plan.host_weight_bytes = demand.swapped_weight_bytes;
+        plan.ring_bytes = demand.swap_ring_bytes;
+        plan.host_activation_bytes = offloaded_bytes(chain, result.layout);
+        if (attention_offload) {
+          plan.host_activation_bytes += attention_host_bytes(model, result.layout);
+          plan.attention_copy_s = attention_copy_s;
+        }
+        plan.exposed_copy_s = exposed_copy_seconds(model, request, swapped);
+        // A full fine-tune's streamed gradients go back synchronously (float32, the weights' size);
+        // the optimizer's step on the host is not modelled.
+        if (demand.swapped_training_bytes > 0) {
+          plan.exposed_copy_s += static_cast<double>(demand.swapped_weight_bytes) / request.host_bandwidth;
+        }
+        plan.step_s = result.prediction.step_s + plan.exposed_copy_s + plan.attention_copy_s;
+        plan.reference_step_s = reference;
+        const bool host_fits = !request.host_budget_bytes ||
+                               plan.host_weight_bytes + plan.host_activation_bytes <= *request.host_budget_bytes;
+        plan.fits = result.fits && host_fits;
+        if (host_fits && (!have_smallest || result.min_possible_peak < smallest.smallest_peak_bytes)) {
+          smallest = plan;
+          smallest.smallest_peak_bytes = result.min_possible_peak;
+          have_smallest = true;
+        }
+        if (plan.fits && (!have_best || plan.step_s < best.step_s)) {
+          best = plan;
+          have_best = true;
+        }
       }
     }
   }
@@ -520,7 +587,8 @@ TrainingPlan plan_training(const StepMemoryModel& model, const TrainingPlanReque
                 (g.mode != BlockMode::Keep && g.blocks_per_segment > 1 ? ", " + std::to_string(g.blocks_per_segment) + " per checkpoint" : "") + "]";
     }
     out.smallest_with = "the layout " + layout +
-                        (out.blocks_to_swap > 0 ? " and musubi_blocks_to_swap " + std::to_string(out.blocks_to_swap) : "");
+                        (out.blocks_to_swap > 0 ? " and musubi_blocks_to_swap " + std::to_string(out.blocks_to_swap) : "") +
+                        (out.attention_offload ? " and gradient_checkpointing_offload_attention" : "");
   }
   return out;
 }
@@ -543,6 +611,9 @@ std::string format_training_plan(const TrainingPlan& plan) {
                                                 : "blocks " + std::to_string(g.first) + "-" + std::to_string(g.last);
     out << "  " << g.stack << ", " << range << ": " << what << "\n";
   }
+  if (plan.attention_offload) {
+    out << "  every block: attention activations in host memory, copied back when backward needs them\n";
+  }
   out << "predicted device peak: " << memory::format_bytes(plan.peak_bytes) << " of "
       << memory::format_bytes(plan.budget_bytes) << " budget";
   if (plan.ring_bytes > 0) out << " (of which the weight ring " << memory::format_bytes(plan.ring_bytes) << ")";
@@ -556,12 +627,16 @@ std::string format_training_plan(const TrainingPlan& plan) {
   factor.precision(2);
   factor << plan.step_factor();
   out << "step-time factor: " << factor.str() << " (against every block kept with its weights on the device";
-  if (plan.exposed_copy_s > 0.0) {
+  const auto share_of = [&plan](double seconds) {
     std::ostringstream share;
     share.setf(std::ios::fixed);
     share.precision(0);
-    share << 100.0 * plan.exposed_copy_s / plan.step_s;
-    out << "; weight copies not hidden: " << share.str() << "% of the step";
+    share << 100.0 * seconds / plan.step_s;
+    return share.str();
+  };
+  if (plan.exposed_copy_s > 0.0) out << "; weight copies not hidden: " << share_of(plan.exposed_copy_s) << "% of the step";
+  if (plan.attention_copy_s > 0.0) {
+    out << "; attention activations copied back: " << share_of(plan.attention_copy_s) << "% of the step";
   }
   out << ")\n";
   out << "options: " << plan.options << "\n";

@@ -44,6 +44,11 @@ CheckpointPlan TrainConfig::checkpoint_plan() const {
   return checkpoint_plan_for(*this, checkpointing_capabilities(model_family));
 }
 
+std::optional<SavedTensorOffload> TrainConfig::attention_offload() const {
+  if (!gradient_checkpointing_offload_attention) return std::nullopt;
+  return SavedTensorOffload{gradient_checkpointing_offload_prefetch};
+}
+
 bool TrainConfig::checkpoint_layout_planned() const {
   return gradient_checkpointing && interval_in_effect(*this, checkpointing_capabilities(model_family)).is_auto();
 }

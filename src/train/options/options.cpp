@@ -391,6 +391,40 @@ std::vector<OptionSpec> build_registry() {
                "predicted peak of the whole step fits this budget with the least predicted step "
                "time. Unset: what the device has free. KiB/MiB/GiB are powers of 1024, KB/MB/GB "
                "powers of 1000."));
+  // SimpleTuner: documentation/OPTIONS.md and activation_offload_context /
+  // _PinnedMemoryPool in simpletuner/helpers/training/offloaded_gradient_checkpointer.py.
+  add(Opt(kCkpt, "gradient_checkpointing_offload_attention", T::Bool,
+          bind_field(&C::gradient_checkpointing_offload_attention),
+          "Keep the activations the attention of every block saves for backward in host memory "
+          "instead of on the device")
+      .checkpointing()
+      .tooltip("Each block's attention (projections, q/k norms, rotation, attention, output "
+               "projections) runs in a saved-tensor offload scope: what autograd saves there is "
+               "copied to pinned host memory on a side stream and back when backward needs it, "
+               "with no recomputation. Works alone or with any gradient_checkpointing_backend: a "
+               "kept block (segment stride, the -ffn backends, a planned layout) then holds only "
+               "its feed-forward activations; a recomputed block offloads while it is recomputed. "
+               "Costs host memory and PCIe copies; on CPU nothing moves for real, the tracked "
+               "bytes show what a GPU would hold. Flux and MageFlow."));
+  add(Opt(kCkpt, "gradient_checkpointing_offload_pin_memory_max_buckets", T::Int,
+          bind_field(&C::gradient_checkpointing_offload_pin_memory_max_buckets),
+          "How many distinct tensor shapes get pooled pinned host buffers for activation offload "
+          "(0: pageable host memory only)")
+      .min(0).max(1024).checkpointing()
+      .tooltip("Pinned buffers are reused step after step, one bucket per shape; a shape beyond "
+               "the cap (variable resolutions or caption lengths) uses ordinary host memory, "
+               "which copies more slowly. Applies to the unsloth backends and to "
+               "gradient_checkpointing_offload_attention. Default 12, as SimpleTuner."));
+  add(Opt(kCkpt, "gradient_checkpointing_offload_prefetch", T::Bool,
+          bind_field(&C::gradient_checkpointing_offload_prefetch),
+          "Copy the offloaded attention activations of the block backward runs next back ahead "
+          "of time")
+      .checkpointing().depends("gradient_checkpointing_offload_attention", "true", "enable")
+      .tooltip("Backward runs blocks in reverse order, so the schedule is known: when backward "
+               "reaches a block, the block before it starts its copy back on the side stream, "
+               "overlapping this block's backward, at the cost of one more block's attention "
+               "activations on the device. SimpleTuner learns the order at run time; remat's is "
+               "static. Only with gradient_checkpointing_offload_attention."));
   // SimpleTuner's field registry (simpletuner_sdk/server/services/field_registry/sections/
   // training.py) puts these in "memory_optimization"; its MusubiBlockSwapManager.build
   // (helpers/musubi_block_swap.py) swaps the last N of all blocks and clamps N to the blocks less one.

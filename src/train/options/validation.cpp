@@ -285,6 +285,15 @@ ValidationReport validate_option_values(const OptionValues& values, const Enviro
     }
   }
 
+  // SimpleTuner's safety check refuses attention offload for families without a clean
+  // attention/FFN boundary (default_settings/safety_check.py).
+  if (config.gradient_checkpointing_offload_attention && family != nullptr &&
+      !family->checkpointing.attention_offload && !refused.count("gradient_checkpointing_offload_attention")) {
+    error("gradient_checkpointing_offload_attention", "true",
+          "[train] gradient_checkpointing_offload_attention is not supported for model_family " +
+              config.model_family + " (it needs a clean attention/FFN boundary in every block); use false");
+  }
+
   // ZeRO stage 1 (deepspeed_config): an error with a LoRA, likewise, not the dependency warning.
   if (config.deepspeed_config && !refused.count("deepspeed_config")) {
     try {

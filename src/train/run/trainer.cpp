@@ -361,6 +361,16 @@ void Trainer::setup() {
   // The one checkpoint plan of the run (`auto` starts per-block; plan_checkpointing replaces it).
   const CheckpointPlan plan = config_.checkpoint_plan();
   model_->set_checkpoint_plan(plan);
+  // Activation offload's host buffers (the unsloth backends and the attention offload).
+  set_offload_pin_memory_max_buckets(config_.gradient_checkpointing_offload_pin_memory_max_buckets);
+  if (const auto offload = config_.attention_offload()) {
+    model_->set_attention_offload(offload);
+    hooks_.log(std::string("[train] attention offload: every block's attention keeps what it saves for backward "
+                           "in host memory, copied back ") +
+               (offload->prefetch ? "one block ahead of backward" : "when backward needs it") +
+               "; pinned buffers for up to " +
+               std::to_string(config_.gradient_checkpointing_offload_pin_memory_max_buckets) + " tensor shapes");
+  }
   if (!config_.checkpoint_layout_planned()) {
     hooks_.log("[train] gradient checkpointing: " +
                plan.describe(family_.checkpointing.stacks, model_->stack_sizes()));

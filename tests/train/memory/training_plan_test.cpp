@@ -113,6 +113,7 @@ int64_t measured_step_peak(const TrainingPlanRequest& request, const TrainingPla
   if (request.lora_rank > 0) model->apply_lora(request.lora_target, request.lora_rank, static_cast<double>(request.lora_rank));
   model->module().train();
   if (plan.blocks_to_swap > 0) model->set_block_swap(plan.blocks_to_swap, c10::Device(c10::kCPU));
+  if (plan.attention_offload) model->set_attention_offload(SavedTensorOffload{});
   model->set_checkpoint_plan(CheckpointPlan::from_layouts(split_stack_layout(plan.layout, model->stack_sizes())));
   std::vector<at::Tensor> params;
   for (const auto& [name, p] : model->trainable_parameters()) params.push_back(p);
@@ -220,6 +221,51 @@ TEST(TrainingPlan, PredictedPeakIsTheTrackedPeakOfThePlannedSteps) {
   EXPECT_GT(impossible.smallest_peak_bytes, request.budget_bytes);
   EXPECT_LT(impossible.smallest_peak_bytes, smallest_unstreamed);
   EXPECT_NE(impossible.smallest_with.find("musubi_blocks_to_swap"), std::string::npos) << impossible.smallest_with;
+}
+
+// The attention offload: profiled as a second chain whose kept bytes are lower by what goes to
+// the host; the planner takes it when its copies cost less than the recomputation it saves (a
+// stated bandwidth decides), and a step of its plan peaks where the plan says, within 5 %.
+TEST(TrainingPlan, AttentionOffloadIsWeighedAndItsPredictedPeakIsTheTrackedPeak) {
+  TrainingPlanRequest request = wide_request(4, "no_change", /*bf16=*/false);
+  request.device = c10::Device(c10::kCUDA);  // the planner chooses the offload for a GPU only
+  const StepMemoryModel model = build_step_memory_model(request);
+  ASSERT_TRUE(model.attention_offloaded_chain.has_value());
+  const int64_t n = model.chain.num_blocks();
+  ASSERT_EQ(static_cast<int64_t>(model.block_attention_bytes.size()), n);
+  for (int64_t b = 0; b < n; ++b) EXPECT_GT(model.block_attention_bytes[static_cast<size_t>(b)], 0) << "block " << b;
+  const int64_t keep_all = predict(model.chain, layout_keep_all(n)).peak_bytes;
+  const int64_t keep_all_offloaded = predict(*model.attention_offloaded_chain, layout_keep_all(n)).peak_bytes;
+  EXPECT_LT(keep_all_offloaded, keep_all);
+
+  // A budget only the offload fits with every block kept: free copies take it, slow ones recompute.
+  request.budget_bytes = keep_all_offloaded;
+  request.blocks_to_swap = 0;
+  request.allow_offload = false;
+  request.host_bandwidth = 1e18;
+  const TrainingPlan fast = plan_training(model, request);
+  ASSERT_TRUE(fast.fits);
+  EXPECT_TRUE(fast.attention_offload);
+  for (const auto& segment : fast.layout.segments) {
+    EXPECT_EQ(segment.mode, BlockMode::Keep) << describe_layout(fast.layout);
+  }
+  EXPECT_NE(fast.options.find("--gradient_checkpointing_offload_attention=true"), std::string::npos) << fast.options;
+  EXPECT_GT(fast.host_activation_bytes, 0);
+  request.host_bandwidth = 1e3;
+  const TrainingPlan slow = plan_training(model, request);
+  ASSERT_TRUE(slow.fits);
+  EXPECT_FALSE(slow.attention_offload);
+  EXPECT_EQ(slow.options.find("offload_attention"), std::string::npos) << slow.options;
+  // Set by the user: every plan offloads, whatever it costs.
+  request.attention_offload = true;
+  EXPECT_TRUE(plan_training(model, request).attention_offload);
+
+  // The CPU run of the plan: the tracked bytes are what the device would hold.
+  request.device = c10::Device(c10::kCPU);
+  const int64_t measured = measured_step_peak(request, fast);
+  EXPECT_LT(relative(fast.peak_bytes, measured), 0.05)
+      << describe_layout(fast.layout) << " with attention offload: predicted " << fast.peak_bytes << ", measured "
+      << measured;
 }
 
 }  // namespace training_plan_test

@@ -105,7 +105,7 @@ TEST(OptionsRegistry, CheckpointingTextCoversSimpleTuner) {
   EXPECT_EQ(interval.doc_anchor(), "docs/OPTIONS.md#--gradient_checkpointing_interval");
 }
 
-TEST(OptionsRegistry, CheckpointingGroupIsExactlyTheFiveOptions) {
+TEST(OptionsRegistry, CheckpointingGroupIsExactlyItsEightOptions) {
   std::set<std::string> group;
   for (const auto& s : option_specs()) {
     if (s.checkpointing) group.insert(s.name);
@@ -113,7 +113,10 @@ TEST(OptionsRegistry, CheckpointingGroupIsExactlyTheFiveOptions) {
   EXPECT_EQ(group, (std::set<std::string>{"gradient_checkpointing", "gradient_checkpointing_interval",
                                            "gradient_checkpointing_segment_stride",
                                            "gradient_checkpointing_backend",
-                                           "gradient_checkpointing_memory_budget"}));
+                                           "gradient_checkpointing_memory_budget",
+                                           "gradient_checkpointing_offload_attention",
+                                           "gradient_checkpointing_offload_pin_memory_max_buckets",
+                                           "gradient_checkpointing_offload_prefetch"}));
 }
 
 TEST(OptionValue, TypesParse) {

@@ -52,6 +52,9 @@ struct CheckpointingCapabilities {
   /// The modules holding the block stacks, in run order (Flux: "transformer_blocks",
   /// "single_transformer_blocks"): how the memory model finds a block's Linears by name.
   std::vector<std::string> block_stack_modules;
+  /// gradient_checkpointing_offload_attention: the blocks' attention runs inside a saved-tensor
+  /// offload scope (Transformer::set_attention_offload).
+  bool attention_offload = false;
 };
 
 /// One model_flavour of a family: SimpleTuner's name for a published model (dev, krea, base,

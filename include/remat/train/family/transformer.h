@@ -16,6 +16,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include "remat/activation_offload.h"
 #include "remat/export.h"
 #include "remat/checkpoint.h"
 #include "remat/checkpoint_plan.h"
@@ -78,6 +79,11 @@ class REMAT_API Transformer {
   /// Returns the number of blocks streamed (clamped to the blocks less one). Families without it
   /// (CheckpointingCapabilities::block_swap false) throw c10::ValueError.
   virtual int64_t set_block_swap(int64_t blocks_to_swap, const at::Device& device);
+  /// gradient_checkpointing_offload_attention (remat/activation_offload.h): while training, the
+  /// blocks' attention runs inside an OffloadSavedTensors scope with these options; unset turns
+  /// it off. Families without it (CheckpointingCapabilities::attention_offload false) throw
+  /// c10::ValueError for a set value.
+  virtual void set_attention_offload(const std::optional<SavedTensorOffload>& offload);
   /// The block swap in effect, or null.
   virtual const models::BlockSwap* block_swap() const { return nullptr; }
   virtual models::BlockSwap* block_swap() { return nullptr; }

@@ -2,8 +2,9 @@
 /// \file
 /// `remat plan`: the memory layout of a training run chosen for a device-memory budget from the
 /// model's config alone, without loading a weight. One planner over every mechanism remat has:
-/// per block keep, recompute or offload the activations (remat/plan.h), and stream the frozen
-/// weights of the last blocks from host memory (block swap, remat/weight_stream.h).
+/// per block keep, recompute or offload the activations (remat/plan.h), the attention side's
+/// activations in host memory (remat/activation_offload.h), and stream the frozen weights of the
+/// last blocks from host memory (block swap, remat/weight_stream.h).
 ///
 /// The memory model (Note [Plan memory model] in src/train/memory/training_plan.cpp): the same
 /// architecture at four narrow widths (1 to 4 attention heads of the real head size, two blocks per
@@ -53,6 +54,9 @@ struct TrainingPlanRequest {
   std::optional<int64_t> blocks_to_swap;
   /// Whether activations may be offloaded to host memory (gradient_checkpointing_backend unsloth).
   bool allow_offload = true;
+  /// Set: gradient_checkpointing_offload_attention as the user gave it (true: every plan offloads
+  /// the attention side); unset: the planner chooses.
+  std::optional<bool> attention_offload;
   /// Stated throughput of the blocks' matrix products, FLOP/s (an H100's bf16 at about half of
   /// its dense peak: 400e12).
   double device_flops = 400e12;
@@ -74,8 +78,16 @@ REMAT_API TrainingPlanRequest plan_request_of(const TrainConfig& config, int64_t
 /// The measured model of one training step at the request's shapes (budgets aside): build it
 /// once, plan it for many budgets.
 struct StepMemoryModel {
-  /// The chain with every block's weights on the device (no swap); times from FLOPs.
+  /// The chain with every block's weights on the device (no swap); times from FLOPs. Profiled
+  /// with the attention offload when the request sets it true, without it otherwise.
   Chain chain;
+  /// When the request leaves the attention offload to the planner: the same chain profiled with
+  /// it (the tracked bytes of a CPU profile are what the device would hold).
+  std::optional<Chain> attention_offloaded_chain;
+  /// Per block, the device bytes the attention offload moves to host memory until the block's
+  /// backward (its kept bytes without the offload less those with it); empty when the model was
+  /// profiled one way only and the request does not set the offload.
+  std::vector<int64_t> block_attention_bytes;
   std::vector<int64_t> stack_sizes;
   std::vector<std::string> stack_names;
   /// Device bytes of each block's frozen Linear weights as stored (what swapping it moves).
@@ -114,6 +126,8 @@ struct TrainingPlan {
   std::vector<PlanGroup> groups;
   /// musubi_blocks_to_swap of the plan (0: none).
   int64_t blocks_to_swap = 0;
+  /// gradient_checkpointing_offload_attention of the plan.
+  bool attention_offload = false;
   /// Predicted device peak of a step (weights, gradients, optimizer state, activations).
   int64_t peak_bytes = 0;
   /// Host memory: the streamed weights (pinned) and the offloaded activations at their most.
@@ -127,6 +141,8 @@ struct TrainingPlan {
   double reference_step_s = 0.0;
   /// Of step_s: weight copies the computation does not hide.
   double exposed_copy_s = 0.0;
+  /// Of step_s: the attention activations' copies back to the device (just in time, exposed).
+  double attention_copy_s = 0.0;
   /// When nothing fits: the smallest peak any plan reaches and the plan that reaches it.
   int64_t smallest_peak_bytes = 0;
   std::string smallest_with;

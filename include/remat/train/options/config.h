@@ -15,6 +15,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "remat/activation_offload.h"
 #include "remat/byte_size.h"
 #include "remat/checkpoint.h"
 #include "remat/checkpoint_plan.h"
@@ -219,6 +220,17 @@ struct TrainConfig {
   /// of a whole training step (parameters, gradients, optimizer state and activations together,
   /// as torch.cuda.max_memory_allocated counts) must fit. Unset: the device's available memory.
   std::optional<int64_t> gradient_checkpointing_memory_budget;
+  /// The blocks' attention saves its activations in host memory instead of on the device
+  /// (remat/activation_offload.h), checkpointed or not, as SimpleTuner's option.
+  bool gradient_checkpointing_offload_attention = false;
+  /// Distinct tensor shapes with pooled pinned host buffers for activation offload; 0: pageable
+  /// host memory only.
+  int64_t gradient_checkpointing_offload_pin_memory_max_buckets = kDefaultOffloadPinMemoryMaxBuckets;
+  /// Copy the attention activations of the next block backward runs back ahead of time; only
+  /// with gradient_checkpointing_offload_attention.
+  bool gradient_checkpointing_offload_prefetch = false;
+  /// The attention offload of these options (unset: off).
+  std::optional<SavedTensorOffload> attention_offload() const;
 
   // ---- Block swap (remat/models/block_swap.h) ----
   /// The last N transformer blocks keep their frozen weights in host memory and stream them to
