@@ -16,8 +16,10 @@
 #   device memory (the caching allocator's), measured and predicted.
 #
 # Then `remat plan` on the same block stack (LoRA, int8 base, 512 px) for PLAN_BUDGETS: its
-# predicted peak, and the measured peak and step time of `remat train` with the options it prints
-# and with a SimpleTuner-style setting (per-block checkpointing, half the blocks swapped).
+# predicted peak (also with the attention offload forced on), and the measured peak and step time
+# of `remat train` with the options it prints
+# and with SimpleTuner-style settings (per-block checkpointing with half the blocks swapped; FFN-only
+# checkpointing with the attention offload and its prefetch).
 #
 # Results: gpu_check.log (everything printed), version.txt (remat --version), ctest_gpu.txt,
 # bench-<model>-<px>.{txt,json,csv,svg}, summary.md (one table of every bench run), plans.md and
@@ -143,6 +145,20 @@ measured() {  # measured <name> <options...>: "peak | median step" of a short ru
     st="--gradient_checkpointing_interval=1 --musubi_blocks_to_swap=3"
     # shellcheck disable=SC2086
     echo "| $budget | SimpleTuner-style | \`$st\` | | $(measured "st-$budget" $st) |"
+    # The attention offload, as SimpleTuner pairs it (FFN-only checkpointing, prefetch), and the
+    # plan with the offload forced on: its prediction against the run.
+    at="--gradient_checkpointing_backend=torch-ffn --gradient_checkpointing_offload_attention=true --gradient_checkpointing_offload_prefetch=true"
+    # shellcheck disable=SC2086
+    echo "| $budget | SimpleTuner-style, attention offload | \`$at\` | | $(measured "st-attn-$budget" $at) |"
+    out=$("$REMAT" plan "${plan_common[@]}" --gradient_checkpointing_offload_attention=true --budget "$budget" \
+      2>"$RESULTS/plan-attn-$budget.err") || true
+    echo "$out" > "$RESULTS/plan-attn-$budget.txt"
+    predicted=$(echo "$out" | sed -n 's/^predicted device peak: \(.*\) of .*/\1/p')
+    options=$(echo "$out" | sed -n 's/^options: //p')
+    if [[ -n "$options" ]]; then
+      # shellcheck disable=SC2086
+      echo "| $budget | remat plan, attention offload | \`$options\` | $predicted | $(measured "plan-attn-$budget" $options) |"
+    fi
   done
 } | tee "$RESULTS/plans.md"
 echo "plans done after $(elapsed)"

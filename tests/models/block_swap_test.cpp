@@ -47,35 +47,7 @@ TEST(BlockSwapLayoutTest, TheCountIsClampedAsSimpleTunerDoes) {
 
 class FluxBlockSwapTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    torch::manual_seed(0);
-    config_ = FluxConfig::preset("flux-tiny");
-    config_.num_layers = 3;
-    config_.num_single_layers = 4;
-    model_ = Flux(config_);
-    model_->to(torch::kFloat64);
-    apply_lora(*model_, flux_lora_target_modules("all+ffs"), 4, 4.0);
-    {
-      torch::NoGradGuard g;  // LoRA B starts at zero: give it values so its gradients are not special
-      for (auto& p : lora_parameters(*model_)) p.normal_(0.0, 0.1);
-    }
-    model_->train();
-    const int64_t B = 2;
-    inputs_ = {torch::randn({B, 16, 64}, torch::kFloat64), torch::randn({B, 8, 32}, torch::kFloat64),
-               torch::randn({B, 16}, torch::kFloat64)};
-    timestep_ = torch::tensor({0.3, 0.8}, torch::kFloat64);
-    guidance_ = torch::tensor({3.5, 4.0}, torch::kFloat64);
-    loss_weight_ = torch::randn({B, 16, 64}, torch::kFloat64);
-  }
-
-  RunResult run() {
-    return test::run_with_grads(
-        *model_, inputs_,
-        [&](const std::vector<at::Tensor>& in) {
-          return model_->forward(in[0], in[1], in[2], timestep_, flux_image_ids(4, 4), flux_text_ids(8), guidance_);
-        },
-        loss_weight_);
-  }
+  RunResult run() { return flux_.run(); }
 
   // The stacks' layouts a plan runs, with the blocks from global index `first` on that it keeps
   // made checkpoints of their own: what the model runs when those blocks are streamed.
@@ -91,26 +63,9 @@ class FluxBlockSwapTest : public ::testing::Test {
     return layouts;
   }
 
-  static void expect_bitwise(const RunResult& got, const RunResult& want, const std::string& label) {
-    EXPECT_TRUE(torch::equal(got.output, want.output)) << label << ": output";
-    int compared = 0;
-    for (const auto& [name, grad] : want.param_grads) {
-      const at::Tensor& g = got.param_grads.at(name);
-      ASSERT_EQ(g.defined(), grad.defined()) << label << ": " << name;
-      if (!grad.defined()) continue;
-      EXPECT_TRUE(torch::equal(g, grad)) << label << ": gradient of " << name;
-      ++compared;
-    }
-    for (size_t i = 0; i < want.input_grads.size(); ++i) {
-      EXPECT_TRUE(torch::equal(got.input_grads[i], want.input_grads[i])) << label << ": input gradient " << i;
-    }
-    EXPECT_GT(compared, 0) << label;
-  }
-
-  FluxConfig config_;
-  Flux model_{nullptr};
-  std::vector<at::Tensor> inputs_;
-  at::Tensor timestep_, guidance_, loss_weight_;
+  test::TinyFlux flux_;
+  FluxConfig& config_ = flux_.config;
+  Flux& model_ = flux_.model;
 };
 
 TEST_F(FluxBlockSwapTest, StreamedTrainingStepsMatchTheWeightsOnTheDevice) {
@@ -135,15 +90,15 @@ TEST_F(FluxBlockSwapTest, StreamedTrainingStepsMatchTheWeightsOnTheDevice) {
       const RunResult streamed = run();
       ASSERT_NE(model_->block_swap(), nullptr);
       EXPECT_GT(model_->block_swap()->stats().copies, 0) << label;
-      expect_bitwise(streamed, on_device, label);
+      test::expect_bitwise_run(streamed, on_device, label);
       test::expect_same_run(streamed, plain, 1e-10, 1e-12, label + " against the plain run");
       // A second step on the same stream (the ring already holds the first segment).
-      expect_bitwise(run(), on_device, label + ", second step");
+      test::expect_bitwise_run(run(), on_device, label + ", second step");
     }
   }
   model_->set_block_swap(0);
   model_->set_checkpoint_plan(CheckpointPlan::off());
-  expect_bitwise(run(), plain, "swap turned off");
+  test::expect_bitwise_run(run(), plain, "swap turned off");
 }
 
 // A full fine-tune streams trained weights both ways: the same gradients as the same layout with
@@ -171,7 +126,7 @@ TEST_F(FluxBlockSwapTest, FullFineTuneStreamsWeightsAndGradientsBothWays) {
       const WeightStreamStats before = model_->block_swap()->stats();
       ASSERT_TRUE(model_->block_swap()->trains_weights()) << label;
       model_->block_swap()->finish_backward();
-      expect_bitwise(streamed, on_device, label);
+      test::expect_bitwise_run(streamed, on_device, label);
       // Every streamed weight's gradient crossed to the host exactly once.
       int64_t streamed_bytes = 0;
       for (int64_t b = first; b < 7; ++b) {
@@ -203,8 +158,7 @@ TEST_F(FluxBlockSwapTest, FeedForwardScopeAndInferenceStayExact) {
   model_->eval();
   torch::NoGradGuard no_grad;
   const auto forward = [&] {
-    return model_->forward(inputs_[0], inputs_[1], inputs_[2], timestep_, flux_image_ids(4, 4), flux_text_ids(8),
-                           guidance_);
+    return flux_.forward(flux_.inputs);
   };
   const at::Tensor want = forward();
   model_->set_block_swap(6);
@@ -228,57 +182,24 @@ TEST_F(FluxBlockSwapTest, TrackedBytesDropByTheStreamedWeightsLessTheRing) {
   EXPECT_LT(s.device_bytes, streamed_bytes);
 }
 
-void run_with_skip(MageFlow& model, const std::vector<at::Tensor>& inputs, const at::Tensor& timesteps,
-                   const std::vector<ImageShape>& shapes, const at::Tensor& img_cu, const at::Tensor& txt_cu) {
-  model->forward(inputs[0], inputs[1], timesteps, shapes, img_cu, txt_cu, {4});
-}
-
 // MageFlow: one stack; packed samples. Same check as Flux's, on interval 2 and on no checkpointing.
 TEST(MageFlowBlockSwapTest, StreamedTrainingStepsMatchTheWeightsOnTheDevice) {
-  torch::manual_seed(0);
-  MageFlowConfig config = MageFlowConfig::preset("mageflow-tiny");
-  config.depth = 5;
-  MageFlow model(config);
-  model->to(torch::kFloat64);
-  apply_lora(*model, mageflow_lora_target_modules("default"), 4, 4.0);
-  {
-    torch::NoGradGuard g;
-    for (auto& p : lora_parameters(*model)) p.normal_(0.0, 0.1);
-  }
-  model->train();
-  const std::vector<ImageShape> shapes = {{1, 3, 4}, {1, 2, 2}, {1, 2, 3}};
-  const std::vector<at::Tensor> inputs = {torch::randn({1, 22, 128}, torch::kFloat64),
-                                          torch::randn({1, 9, 32}, torch::kFloat64)};
-  const at::Tensor timesteps = torch::tensor({0.25, 0.75}, torch::kFloat64);
-  const at::Tensor img_cu = torch::tensor({0, 12, 22}, torch::kInt32), txt_cu = torch::tensor({0, 5, 9}, torch::kInt32);
-  const at::Tensor loss_weight = torch::randn({1, 22, 128}, torch::kFloat64);
-  const auto run = [&] {
-    return test::run_with_grads(
-        *model, inputs, [&](const auto& in) { return model->forward(in[0], in[1], timesteps, shapes, img_cu, txt_cu); },
-        loss_weight);
-  };
+  test::TinyMageFlowLoRA step;
+  MageFlow& model = step.model;
   for (const auto& plan : {CheckpointPlan::off(), CheckpointPlan::simpletuner(true, 2, std::nullopt, "torch")}) {
     const int64_t swap = 3, first = 5 - swap;
     const Layout base = plan.enabled ? plan.layout_for(0, 5) : layout_keep_all(5);
     model->set_block_swap(0);
     model->set_checkpoint_plan(CheckpointPlan::from_layouts({checkpoint_kept_blocks(base, first, 5)}));
-    const RunResult on_device = run();
+    const RunResult on_device = step.run();
     model->set_checkpoint_plan(plan);
     EXPECT_EQ(model->set_block_swap(swap), swap);
-    const RunResult streamed = run();
-    const std::string label = plan.enabled ? "mageflow, interval 2" : "mageflow, no checkpointing";
-    EXPECT_TRUE(torch::equal(streamed.output, on_device.output)) << label;
-    int compared = 0;
-    for (const auto& [name, grad] : on_device.param_grads) {
-      if (!grad.defined()) continue;
-      EXPECT_TRUE(torch::equal(streamed.param_grads.at(name), grad)) << label << ": " << name;
-      ++compared;
-    }
-    EXPECT_GT(compared, 0);
+    test::expect_bitwise_run(step.run(), on_device, plan.enabled ? "mageflow, interval 2" : "mageflow, no checkpointing");
   }
   // Training with skip_layers and block swap is refused by name; inference with them runs.
-  EXPECT_NE(testing::error_of([&] { run_with_skip(model, inputs, timesteps, shapes, img_cu, txt_cu); })
-                .find("block swap with skip_layers needs no autograd recording"),
+  EXPECT_NE(testing::error_of([&] {
+              model->forward(step.inputs[0], step.inputs[1], step.timesteps, step.shapes, step.img_cu, step.txt_cu, {4});
+            }).find("block swap with skip_layers needs no autograd recording"),
             std::string::npos);
 }
 
