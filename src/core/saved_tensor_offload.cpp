@@ -135,7 +135,10 @@ class OffloadHooks final : public torch::autograd::SavedVariableHooks {
 
   void call_pack_hook(const at::Tensor& tensor) override {
     entry_ = std::make_shared<SavedEntry>();
-    if (tensor.is_leaf() || tensor.numel() == 0) {
+    // Leaves stay (SimpleTuner's rule), and so does what a flat span cannot hold: empty tensors,
+    // other layouts (sparse, MKL-DNN), lazily conjugated or negated views, meta tensors.
+    if (tensor.is_leaf() || tensor.numel() == 0 || tensor.layout() != at::kStrided || tensor.is_conj() ||
+        tensor.is_neg() || tensor.device().type() == at::kMeta) {
       entry_->kept = tensor;
       ++g_counters.tensors_kept;
       return;
