@@ -6,15 +6,17 @@
 /// of every block in such a scope (activation_offload_context in
 /// simpletuner/helpers/training/offloaded_gradient_checkpointer.py, opened around `self.attn(...)`
 /// in FluxTransformerBlock.forward, simpletuner/helpers/models/flux/transformer.py); remat's Flux
-/// and MageFlow blocks do the same when their CheckpointPlan asks for it.
+/// and MageFlow blocks do the same after `set_attention_offload`.
 ///
 /// What moves: tensors autograd saves that an op recorded in the scope produced (non-leaf tensors,
 /// SimpleTuner's rule: parameters and other leaves stay where they are). A tensor on an
 /// accelerator is copied on remat's copy stream into a host buffer (pinned, from the capped pool
-/// below) and its device memory is given back at once; backward copies it back, on the compute
-/// stream when it is needed ("just in time"), or ahead of time with `prefetch`. A CPU tensor is
-/// copied into host memory outside remat's CPU tracking, so that the tracked bytes of a CPU run
-/// show what a GPU would hold (as remat/weight_stream.h does); on CPU this saves nothing real.
+/// below) and its device memory is given back at once; backward copies it back on the copy
+/// stream when it needs it, the compute stream waiting for the copy ("just in time"), or ahead of
+/// time with `prefetch`. A checkpoint's forward pass, whose graph is dropped, offloads nothing. A
+/// CPU tensor is copied into host memory outside remat's CPU tracking, so that the tracked bytes
+/// of a CPU run show what a GPU would hold (as remat/weight_stream.h does); on CPU this saves
+/// nothing real.
 ///
 /// Prefetch is a static schedule, not learned at run time: backward runs blocks in reverse order,
 /// so when backward first unpacks a tensor of one scope, the tensors of the last scope before it
@@ -45,8 +47,8 @@ namespace remat {
 
 /// How a scope offloads.
 struct SavedTensorOffload {
-  /// Copy the tensors of the scope opened before this one back to the device ahead of time, when
-  /// backward first unpacks a tensor of this one (SimpleTuner's
+  /// Copy the tensors of the last scope before this one that offloaded anything back to the
+  /// device ahead of time, when backward first unpacks a tensor of this one (SimpleTuner's
   /// `gradient_checkpointing_offload_prefetch`, here a static schedule).
   bool prefetch = false;
 };
