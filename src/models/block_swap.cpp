@@ -1,8 +1,10 @@
 #include "remat/models/block_swap.h"
 
 #include <numeric>
+#include <unordered_set>
 
 #include "remat/models/layers.h"
+#include "remat/models/lora.h"
 #include "remat/util/error.h"
 
 namespace remat::models {
@@ -64,13 +66,13 @@ BlockSwap::BlockSwap(const std::vector<std::shared_ptr<torch::nn::Module>>& bloc
   for (int64_t b = first_; b < depth; ++b) {
     // Every weight of the block but a LoRA's factors, which train on the device: a LoRA run's
     // frozen base, or a full fine-tune's trained weights (streamed both ways).
+    std::unordered_set<const c10::TensorImpl*> lora_factors;
+    for (const auto& p : lora_parameters(*blocks[b])) lora_factors.insert(p.unsafeGetTensorImpl());
     std::vector<at::Tensor> frozen;
-    for (const auto& item : blocks[b]->named_parameters()) {
-      const std::string& name = item.key();
-      const bool lora_factor = name.find("lora_A.") != std::string::npos || name.find("lora_B.") != std::string::npos;
-      if (lora_factor && item.value().requires_grad()) continue;
-      frozen.push_back(item.value());
-      trains_weights_ = trains_weights_ || item.value().requires_grad();
+    for (const auto& p : blocks[b]->parameters()) {
+      if (lora_factors.count(p.unsafeGetTensorImpl()) > 0 && p.requires_grad()) continue;
+      frozen.push_back(p);
+      trains_weights_ = trains_weights_ || p.requires_grad();
     }
     for (const auto& buffer : blocks[b]->buffers()) frozen.push_back(buffer);
     // A quantised base weight is not a registered tensor: its bytes are the layer's own.

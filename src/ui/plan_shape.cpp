@@ -1,8 +1,6 @@
 #include "plan_shape.h"
 
 #include "remat/train/family/family.h"
-#include "remat/train/family/hub_models.h"
-#include "remat/train/family/model_source.h"
 #include "remat/train/memory/training_plan.h"
 
 namespace remat::ui::detail {
@@ -13,31 +11,27 @@ std::string PlanShape::description() const {
 }
 
 std::string PlanShape::key() const {
-  return spec.family + "|" + spec.flavour + "|" + spec.config_json.value_or("") + "|" +
-         std::to_string(use.lora_rank) + "|" + use.lora_target + "|" + description() + "|" + std::to_string(ffn);
+  return spec.family + "|" + spec.flavour + "|" + spec.config_json.value_or("") + "|" + spec.base_precision.name +
+         "|" + std::to_string(use.lora_rank) + "|" + use.lora_target + "|" + description() + "|" + std::to_string(ffn);
 }
 
 PlanShape plan_shape_of(const train::TrainConfig& config) {
   PlanShape shape;
-  shape.spec.family = config.model_family;
-  shape.spec.flavour = config.model_flavour;
-  // Hub ids (and a published flavour's own) from the local Hugging Face cache, as training reads
-  // them; when that fails, the config as written.
-  train::TrainConfig resolved = config;
-  try {
-    train::resolve_hub_models(resolved);
-  } catch (const std::exception&) {
-    resolved = config;
-  }
-  try {
-    shape.spec.config_json = train::resolve_model_source(resolved).config_json;
-  } catch (const std::exception&) {
-    // A model path not on this machine (yet): the flavour's shapes stand in for it.
-    shape.source_note =
-        " (the model files named in the config were not readable here; the flavour's shapes were used)";
+  // The model as `remat plan` sees it: hub ids from the local cache, base_model_precision.
+  bool read_model_files = true;
+  shape.spec = train::planned_spec_of(config, &read_model_files);
+  if (!read_model_files) {
+    // A model path not on this machine (yet): pretrained_transformer_config or the flavour's
+    // shapes stand in for it.
+    shape.source_note = shape.spec.config_json
+                            ? " (the model files named in the config were not readable here; "
+                              "pretrained_transformer_config was used)"
+                            : " (the model files named in the config were not readable here; the flavour's "
+                              "shapes were used)";
   }
   const train::ModelFamily& family = train::model_family(config.model_family);
   shape.use.training = true;
+  shape.use.base_precision = shape.spec.base_precision;
   if (config.model_type == "lora") {
     shape.use.lora_rank = config.lora_rank;
     shape.use.lora_target = family.lora_target(config);

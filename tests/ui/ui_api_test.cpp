@@ -176,6 +176,13 @@ TEST_F(UiApiTest, PlanGivesPeakAndStepFactorOfTheLayoutAndWhatAutoPicks) {
   EXPECT_EQ(big["predicted_peak_bytes"].get<int64_t>(),
             m["weights"].get<int64_t>() + m["gradients"].get<int64_t>() + m["optimizer"].get<int64_t>());
 
+  // The base as training stores it (base_model_precision), as `remat plan` counts it.
+  const json lora = plan({{"model_flavour", "dev"}, {"model_type", "lora"}, {"lora_rank", 16}});
+  const json lora_int8 =
+      plan({{"model_flavour", "dev"}, {"model_type", "lora"}, {"lora_rank", 16}, {"base_model_precision", "int8-quanto"}});
+  EXPECT_LT(lora_int8["model_bytes"]["weights"].get<int64_t>(), lora["model_bytes"]["weights"].get<int64_t>() / 2)
+      << lora_int8["model_bytes"].dump() << " vs " << lora["model_bytes"].dump();
+
   auto invalid = c.Post("/api/plan", kUiHeader, json{{"config", {{"gradient_checkpointing_interval", 0}}}}.dump(),
                         "application/json");
   EXPECT_EQ(invalid->status, 400);

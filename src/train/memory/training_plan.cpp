@@ -403,27 +403,36 @@ int64_t image_tokens_for_resolution(const TrainConfig& config) {
   return per_side * per_side;
 }
 
-TrainingPlanRequest plan_request_of(const TrainConfig& config, int64_t budget_bytes,
-                                    std::optional<int64_t> host_budget_bytes) {
-  const ModelFamily& family = model_family(config.model_family);
-  TrainingPlanRequest r;
-  r.spec.family = config.model_family;
-  r.spec.flavour = config.model_flavour;
+TransformerSpec planned_spec_of(const TrainConfig& config, bool* read_model_files) {
+  TransformerSpec spec;
+  spec.family = config.model_family;
+  spec.flavour = config.model_flavour;
+  spec.base_precision = base_precision_of(config);
   // The model's shapes as training reads them: a hub id from the local cache, a folder or a
   // config.json; when the model files are not on this machine, pretrained_transformer_config or
-  // the flavour's shapes stand in (plan_request_of's caller says which: TrainingPlanRequest::spec).
+  // the flavour's shapes stand in.
   TrainConfig resolved = config;
   try {
     resolve_hub_models(resolved);
   } catch (const std::exception&) {
     resolved = config;
   }
+  bool read = true;
   try {
-    r.spec.config_json = resolve_model_source(resolved).config_json;
+    spec.config_json = resolve_model_source(resolved).config_json;
   } catch (const std::exception&) {
-    r.spec.config_json = config.pretrained_transformer_config;
+    spec.config_json = config.pretrained_transformer_config;
+    read = false;
   }
-  r.spec.base_precision = base_precision_of(config);
+  if (read_model_files != nullptr) *read_model_files = read;
+  return spec;
+}
+
+TrainingPlanRequest plan_request_of(const TrainConfig& config, int64_t budget_bytes,
+                                    std::optional<int64_t> host_budget_bytes) {
+  const ModelFamily& family = model_family(config.model_family);
+  TrainingPlanRequest r;
+  r.spec = planned_spec_of(config);
   if (config.model_type == "lora") {
     r.lora_rank = config.lora_rank;
     r.lora_target = family.lora_target(config);

@@ -68,6 +68,13 @@ struct TrainingPlanRequest {
 /// below 16, SimpleTuner's area mode) for the config's family.
 REMAT_API int64_t image_tokens_for_resolution(const TrainConfig& config);
 
+/// The transformer a `remat train` configuration trains, as a planner sees it without its
+/// weights: family, flavour and base_model_precision, and the model's config.json when its files
+/// are on this machine (a hub id in the local cache, a folder), else pretrained_transformer_config,
+/// else nothing (the flavour's shapes). `read_model_files`, when given, says whether the model's
+/// own config.json was read. `remat plan` and `remat ui`'s plan share it.
+REMAT_API TransformerSpec planned_spec_of(const TrainConfig& config, bool* read_model_files = nullptr);
+
 /// The request's fields from a `remat train` configuration (model, LoRA, batch, resolution,
 /// tokenizer_max_length, mixed_precision, base_model_precision, musubi_blocks_to_swap when > 0,
 /// gradient_checkpointing_backend, device), with `budget_bytes` and `host_budget_bytes` given.
