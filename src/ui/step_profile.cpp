@@ -23,11 +23,11 @@
 namespace remat::ui {
 namespace {
 
-// One training step of `config` on the CPU, as `interval: auto` profiles it at the start of a run.
+// One training step of `config` on the CPU, as `interval: auto` profiles it at the start of a run:
+// float32 weights (the trainer's), bf16 under autocast when mixed_precision is bf16.
 train::StepModel profile(const train::TrainConfig& config, const detail::PlanShape& shape) {
   const c10::Device cpu(c10::kCPU);
   auto transformer = train::make_transformer(shape.spec, cpu);
-  if (shape.bf16) transformer->module().to(at::kBFloat16);
   if (shape.use.lora_rank > 0) {
     transformer->apply_lora(shape.use.lora_target, shape.use.lora_rank, config.lora_alpha_value());
   }
